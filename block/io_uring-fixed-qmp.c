@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * io_uring fixed buffers: x-query-io-uring-buffers and info io-uring-buffers
+ */
+
+#include "qemu/osdep.h"
+#include "block/io_uring-fixed.h"
+#include "monitor/hmp.h"
+#include "monitor/monitor.h"
+#include "qapi/qapi-commands-io-uring.h"
+#include "qobject/qdict.h"
+#include "qom/object.h"
+#include "system/iothread.h"
+
+typedef struct {
+    AioContext *ctx;
+    const char *name;
+} CtxName;
+
+static int find_iothread(Object *obj, void *opaque)
+{
+    CtxName *n = opaque;
+    IOThread *iothread = (IOThread *)object_dynamic_cast(obj, TYPE_IOTHREAD);
+
+    if (iothread && iothread_get_aio_context(iothread) == n->ctx) {
+        n->name = object_get_canonical_path_component(obj);
+        return 1;
+    }
+    return 0;
+}
+
+static char *ring_name(AioContext *ctx)
+{
+    CtxName n = { .ctx = ctx };
+
+    if (ctx == qemu_get_aio_context()) {
+        return g_strdup("main-loop");
+    }
+    if (ctx == iohandler_get_aio_context()) {
+        return g_strdup("iohandler");
+    }
+    object_child_foreach(object_get_objects_root(), find_iothread, &n);
+    return n.name ? g_strdup(n.name) : g_strdup_printf("aio-context-%p", ctx);
+}
+
+static IoUringFallbacks *fallbacks_info(const uint64_t *f)
+{
+    IoUringFallbacks *info = g_new0(IoUringFallbacks, 1);
+
+    info->unregistered = f[URING_FALLBACK_UNREGISTERED];
+    info->crosses_chunk = f[URING_FALLBACK_CROSSES_CHUNK];
+    info->not_pinned = f[URING_FALLBACK_NOT_PINNED];
+    info->no_vectored_fixed = f[URING_FALLBACK_NO_VECTORED];
+    info->ring_disabled = f[URING_FALLBACK_RING_DISABLED];
+    info->efault = f[URING_FALLBACK_EFAULT];
+    return info;
+}
+
+static IoUringRingInfo *ring_info(const UringRingStats *s)
+{
+    IoUringRingInfo *info = g_new0(IoUringRingInfo, 1);
+
+    info->name = ring_name(s->ctx);
+    info->synced = s->synced;
+    info->cloned = s->cloned;
+    info->disabled_reason = g_strdup(s->disabled_reason);
+    info->chunks = s->chunks;
+    info->bytes = s->bytes;
+    info->fixed_reads = s->fixed_reads;
+    info->fixed_writes = s->fixed_writes;
+    info->fallbacks = fallbacks_info(s->fallbacks);
+    return info;
+}
+
+IoUringBuffersInfo *qmp_x_query_io_uring_buffers(Error **errp)
+{
+    IoUringBuffersInfo *info = g_new0(IoUringBuffersInfo, 1);
+    UringChunkTable *t = uring_fixed_table_get();
+    g_autoptr(GPtrArray) rings = uring_fixed_ring_stats();
+    IoUringBufferChunkList **chunk_tail = &info->chunks;
+    IoUringRingInfoList **ring_tail = &info->rings;
+    unsigned i;
+
+    info->clone_buffers = uring_fixed_can_clone();
+    info->vectored_fixed = uring_fixed_can_vectored();
+    info->kernel_coalesces = uring_fixed_kernel_coalesces();
+
+    for (i = 0; t && i < t->nr; i++) {
+        const UringChunk *c = &t->chunks[i];
+        IoUringBufferChunk *chunk = g_new0(IoUringBufferChunk, 1);
+
+        chunk->host_address = c->start;
+        chunk->size = c->len;
+        chunk->page_size = c->page_size;
+        chunk->bvecs = uring_chunk_bvecs(c, info->kernel_coalesces);
+        chunk->slot = c->slot;
+        chunk->pinned = c->pinned;
+        QAPI_LIST_APPEND(chunk_tail, chunk);
+
+        info->registered_bytes += c->len;
+        if (c->pinned && info->clone_buffers) {
+            info->pinned_bytes += c->len;
+        }
+    }
+    uring_chunk_table_unref(t);
+
+    for (i = 0; i < rings->len; i++) {
+        const UringRingStats *s = g_ptr_array_index(rings, i);
+
+        QAPI_LIST_APPEND(ring_tail, ring_info(s));
+        if (!info->clone_buffers) {
+            info->pinned_bytes += s->bytes;
+        }
+    }
+    return info;
+}
+
+void hmp_info_io_uring_buffers(Monitor *mon, const QDict *qdict)
+{
+    g_autoptr(IoUringBuffersInfo) info = qmp_x_query_io_uring_buffers(NULL);
+    IoUringBufferChunkList *c;
+    IoUringRingInfoList *r;
+
+    monitor_printf(mon, "registered %" PRIu64 " bytes, pinned %" PRIu64
+                   " bytes (%s; vectored fixed ops: %s; hugepage "
+                   "coalescing: %s)\n",
+                   info->registered_bytes, info->pinned_bytes,
+                   info->clone_buffers ? "pinned once, cloned into rings" :
+                   "pinned by each ring",
+                   info->vectored_fixed ? "yes" : "no",
+                   info->kernel_coalesces ? "yes" : "no");
+    for (c = info->chunks; c; c = c->next) {
+        monitor_printf(mon, "  chunk %u: 0x%" PRIx64 " +%" PRIu64
+                       " page %" PRIu64 " bvecs %" PRIu64 "%s\n",
+                       c->value->slot, c->value->host_address, c->value->size,
+                       c->value->page_size, c->value->bvecs,
+                       c->value->pinned ? "" : " (not pinned)");
+    }
+    for (r = info->rings; r; r = r->next) {
+        IoUringRingInfo *ring = r->value;
+        IoUringFallbacks *f = ring->fallbacks;
+
+        monitor_printf(mon, "ring %s: %u chunks, %" PRIu64 " bytes%s%s%s\n"
+                       "  fixed reads %" PRIu64 " writes %" PRIu64 "\n"
+                       "  fallbacks: unregistered %" PRIu64
+                       " crosses-chunk %" PRIu64 " not-pinned %" PRIu64
+                       " no-vectored-fixed %" PRIu64 " ring-disabled %" PRIu64
+                       " efault %" PRIu64 "\n",
+                       ring->name, ring->chunks, ring->bytes,
+                       ring->cloned ? ", cloned" : "",
+                       ring->synced ? "" : ", not synced",
+                       ring->disabled_reason ? ", disabled" : "",
+                       ring->fixed_reads, ring->fixed_writes,
+                       f->unregistered, f->crosses_chunk, f->not_pinned,
+                       f->no_vectored_fixed, f->ring_disabled, f->efault);
+    }
+}

@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * io_uring fixed buffers over guest RAM
+ *
+ * Guest RAM that the block layer is told about (bdrv_register_buf()) is
+ * kept in one process-wide registry, cut into chunks of at most 1 GiB at
+ * 1 GiB-aligned host addresses.  Each chunk owns a slot in the fixed buffer
+ * table of every AioContext's io_uring, so a request whose iovec lies in
+ * one chunk can be submitted as READ_FIXED/WRITE_FIXED (or the vectored
+ * variants) and the kernel skips pinning and mapping pages per request.
+ */
+#ifndef BLOCK_IO_URING_FIXED_H
+#define BLOCK_IO_URING_FIXED_H
+
+#include "block/aio.h"
+
+/* The kernel's limit for one registered buffer (io_uring/rsrc.c) */
+#define URING_CHUNK_MAX (1ULL << 30)
+
+/* The kernel's limit for the number of registered buffers */
+#define URING_SLOTS_MAX 16384
+
+typedef enum {
+    URING_FALLBACK_UNREGISTERED,    /* some iovec is in no chunk */
+    URING_FALLBACK_CROSSES_CHUNK,   /* the iovecs span several chunks */
+    URING_FALLBACK_NOT_PINNED,      /* the kernel refused the chunk */
+    URING_FALLBACK_NO_VECTORED,     /* several iovecs, kernel < 6.15 */
+    URING_FALLBACK_RING_DISABLED,   /* this ring could not take buffers */
+    URING_FALLBACK_EFAULT,          /* the kernel refused the fixed op */
+    URING_FALLBACK__MAX,
+} UringFallbackReason;
+
+extern const char *const uring_fallback_reason_names[URING_FALLBACK__MAX];
+
+/* One piece of a registered range: never more than 1 GiB, never across
+ * a 1 GiB-aligned host address. */
+typedef struct UringChunk {
+    uintptr_t start;
+    size_t len;
+    size_t page_size;       /* host page size behind it */
+    unsigned slot;          /* index in every ring's buffer table */
+    bool pinned;            /* the kernel accepted it */
+} UringChunk;
+
+/* An immutable snapshot of the registry, sorted by start address. */
+typedef struct UringChunkTable {
+    unsigned refcnt;
+    uint64_t generation;
+    unsigned nr;
+    UringChunk chunks[];
+} UringChunkTable;
+
+/* Pure helpers (util/io_uring-chunks.c) */
+size_t uring_chunk_count(uintptr_t start, size_t len);
+size_t uring_chunk_split(uintptr_t start, size_t len,
+                         UringChunk *out, size_t max);
+const UringChunk *uring_chunk_find(const UringChunkTable *t, uintptr_t addr);
+const UringChunk *uring_chunk_for_iov(const UringChunkTable *t,
+                                      const struct iovec *iov, int niov,
+                                      UringFallbackReason *why);
+uint64_t uring_chunk_bvecs(const UringChunk *c, bool kernel_coalesces);
+
+/* Registry, main loop thread with the BQL held */
+void uring_fixed_register(void *host, size_t size);
+void uring_fixed_unregister(void *host, size_t size);
+
+/* The RAM one block node registered (block/io_uring-bufset.c) */
+typedef struct UringBufSet UringBufSet;
+UringBufSet *uring_buf_set_new(void);
+void uring_buf_set_add(UringBufSet *set, void *host, size_t size);
+void uring_buf_set_remove(UringBufSet *set, void *host, size_t size);
+void uring_buf_set_free(UringBufSet *set);
+
+/*
+ * Per request, in the AioContext's own thread: the fixed buffer index that
+ * covers all of @iov, or -1 with the reason in @why.
+ */
+int uring_fixed_lookup(AioContext *ctx, const struct iovec *iov, int niov,
+                       UringFallbackReason *why);
+void uring_fixed_count_fixed(AioContext *ctx, bool write);
+void uring_fixed_count_fallback(AioContext *ctx, UringFallbackReason why);
+
+/* Fill @sqe with READ(V)_FIXED or WRITE(V)_FIXED on buffer @buf_index */
+struct io_uring_sqe;
+void uring_prep_rw_fixed(struct io_uring_sqe *sqe, int fd,
+                         const struct iovec *iov, int niov, uint64_t offset,
+                         int rw_flags, int buf_index, bool write);
+
+/* Drop a ring's state when its AioContext goes away */
+void uring_fixed_ring_destroy(AioContext *ctx);
+
+typedef struct UringRingStats {
+    AioContext *ctx;
+    bool synced;
+    bool cloned;            /* buffers cloned from the pinning ring */
+    char *disabled_reason;
+    uint64_t generation;
+    unsigned chunks;        /* usable by this ring */
+    uint64_t bytes;
+    uint64_t fixed_reads, fixed_writes;
+    uint64_t fallbacks[URING_FALLBACK__MAX];
+} UringRingStats;
+
+/* Snapshots for monitoring; free with the matching functions */
+UringChunkTable *uring_fixed_table_get(void);
+void uring_chunk_table_unref(UringChunkTable *t);
+GPtrArray *uring_fixed_ring_stats(void); /* of UringRingStats */
+bool uring_fixed_can_clone(void);
+bool uring_fixed_can_vectored(void);
+bool uring_fixed_kernel_coalesces(void);
+
+#endif

@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * Helpers for the vblk-uring qtests: a virtio-blk-pci driver that places
+ * data where a test wants it in guest RAM, a pattern every byte of which
+ * depends on its disk offset and a generation, and a shadow of the disk
+ * to check the image file against at the end.
+ */
+#ifndef VBLK_COMMON_H
+#define VBLK_COMMON_H
+
+#include "libqtest.h"
+#include "libqos/libqos-malloc.h"
+#include "libqos/pci-pc.h"
+#include "libqos/virtio-pci.h"
+
+#define VBLK_SECTOR 512
+#define VBLK_TIMEOUT_US (60 * 1000 * 1000)
+
+/* One data segment of a request: guest physical address and length */
+typedef struct VblkSeg {
+    uint64_t gpa;
+    uint32_t len;
+} VblkSeg;
+
+typedef struct VblkDev {
+    QTestState *qts;
+    QGuestAllocator alloc;      /* low guest RAM: rings and headers */
+    QPCIBus *bus;
+    QVirtioPCIDevice *pdev;
+    QVirtioDevice *vdev;
+    unsigned nvqs;
+    QVirtQueue **vqs;
+    uint64_t ram_size;
+    uint64_t data_start;        /* guest RAM above here is the test's */
+    uint64_t capacity;          /* bytes */
+    char *image;                /* the raw image file */
+    uint8_t *shadow;            /* what the image must hold */
+} VblkDev;
+
+/*
+ * Start QEMU with @args (memory, a drive over @image and a virtio-blk-pci
+ * device with id=vblk0 at addr=04.0) and bring the device up with @nvqs
+ * queues.  Guest RAM from half of @ram_size up is left to the test.
+ * Takes ownership of @image (from vblk_make_image()).
+ */
+VblkDev *vblk_start(uint64_t ram_size, char *image, unsigned nvqs,
+                    const char *args_fmt, ...) G_GNUC_PRINTF(4, 5);
+/* Quit QEMU, check the image file against the shadow, delete it */
+void vblk_stop(VblkDev *d);
+
+/* A fresh raw image of @size bytes filled with zeroes */
+char *vblk_make_image(uint64_t size);
+
+/* Submit one request on queue @q and wait for it; returns its status */
+uint8_t vblk_rw(VblkDev *d, unsigned q, bool write, uint64_t offset,
+                const VblkSeg *segs, int nsegs);
+
+/* Write/read @segs, one request, with data derived from @offset/@gen */
+void vblk_write_pattern(VblkDev *d, unsigned q, uint64_t offset,
+                        const VblkSeg *segs, int nsegs, unsigned gen);
+void vblk_read_verify(VblkDev *d, unsigned q, uint64_t offset,
+                      const VblkSeg *segs, int nsegs);
+
+/* The expected byte at disk offset @pos written in generation @gen */
+void vblk_pattern(uint8_t *buf, size_t len, uint64_t pos, unsigned gen);
+
+/* Cut @total bytes at guest address @gpa into @n segments of equal size */
+int vblk_split(VblkSeg *segs, uint64_t gpa, uint64_t total, int n);
+
+/* The io_uring fixed buffer state (x-query-io-uring-buffers) */
+QDict *vblk_fixed_info(VblkDev *d);
+/* The ring named @name in @info, or NULL */
+QDict *vblk_fixed_ring(QDict *info, const char *name);
+uint64_t vblk_ring_fallbacks(QDict *ring, const char *reason);
+
+/* Free 2 MiB hugepages, reserving more if needed; false if impossible */
+bool vblk_have_hugepages(uint64_t bytes);
+
+#endif

@@ -1,0 +1,528 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * io_uring fixed buffers under virtio-blk: every byte verified, and the
+ * x-query-io-uring-buffers counters prove the fixed path ran (or did not,
+ * where it must not).
+ */
+
+#include "qemu/osdep.h"
+#include "qemu/units.h"
+#include "qobject/qdict.h"
+#include "qobject/qjson.h"
+#include "qobject/qlist.h"
+#include "qobject/qstring.h"
+#include "standard-headers/linux/virtio_blk.h"
+#include "vblk-common.h"
+
+#define DISK_SIZE (64 * MiB)
+
+/*
+ * Requests of every size from 4 KiB to 8 MiB, in 1 to 128 segments.  Each
+ * segment is a multiple of 4 KiB: O_DIRECT may need that much memory
+ * alignment, and file-posix sends less aligned requests to the thread
+ * pool, where fixed buffers have no say.
+ */
+static const struct {
+    uint32_t size;
+    int segs;
+} io_shapes[] = {
+    { 4096, 1 }, { 32768, 8 }, { 65536, 1 }, { 65536, 16 },
+    { MiB, 1 }, { MiB, 64 }, { 8 * MiB, 1 }, { 8 * MiB, 4 },
+    { 8 * MiB, 128 },
+};
+
+typedef struct Boundaries {
+    uint64_t host_base;     /* host address of guest physical 0 */
+    int n;
+    uint64_t gpa[8];        /* guest addresses where a chunk starts */
+    uint64_t page_size;
+} Boundaries;
+
+static char *fixed_drive(char *image, const char *extra)
+{
+    return g_strdup_printf("-blockdev file,node-name=disk0,filename=%s,"
+                           "aio=io_uring,cache.direct=on%s",
+                           image, extra);
+}
+
+/*
+ * Find guest RAM among the registered chunks: the run of host-contiguous
+ * chunks adding up to @ram_size.  Record where inside it a chunk starts.
+ */
+static Boundaries ram_chunks(QDict *info, uint64_t ram_size)
+{
+    QList *list = qdict_get_qlist(info, "chunks");
+    g_autoptr(GArray) starts = g_array_new(false, false, sizeof(uint64_t));
+    g_autoptr(GArray) sizes = g_array_new(false, false, sizeof(uint64_t));
+    g_autoptr(GArray) pages = g_array_new(false, false, sizeof(uint64_t));
+    QListEntry *e;
+    unsigned i, j;
+
+    QLIST_FOREACH_ENTRY(list, e) {
+        QDict *c = qobject_to(QDict, qlist_entry_obj(e));
+        uint64_t v;
+
+        v = qdict_get_int(c, "host-address");
+        g_array_append_val(starts, v);
+        v = qdict_get_int(c, "size");
+        g_array_append_val(sizes, v);
+        v = qdict_get_int(c, "page-size");
+        g_array_append_val(pages, v);
+    }
+    for (i = 0; i < starts->len; i++) {
+        uint64_t base = g_array_index(starts, uint64_t, i);
+        uint64_t end = base;
+        Boundaries b = {
+            .host_base = base,
+            .page_size = g_array_index(pages, uint64_t, i),
+        };
+
+        for (j = i; j < starts->len; j++) {
+            if (g_array_index(starts, uint64_t, j) != end) {
+                break;
+            }
+            if (j > i && b.n < ARRAY_SIZE(b.gpa)) {
+                b.gpa[b.n++] = end - base;
+            }
+            end += g_array_index(sizes, uint64_t, j);
+            if (end - base == ram_size) {
+                return b;
+            }
+        }
+    }
+    g_error("guest RAM of %" PRIu64 " bytes is not among the chunks",
+            ram_size);
+}
+
+/* A guest address for @len bytes of data that no chunk boundary cuts */
+static uint64_t data_area(VblkDev *d, const Boundaries *b, uint64_t len)
+{
+    uint64_t gpa = d->data_start;
+    int i;
+
+    for (i = 0; i < b->n; i++) {
+        if (b->gpa[i] > gpa && b->gpa[i] < gpa + len) {
+            gpa = b->gpa[i];
+        }
+    }
+    g_assert_cmpuint(gpa + len, <=, d->ram_size);
+    return gpa;
+}
+
+/* Check the chunk table: page size and the bvecs the kernel needs */
+static void check_ram_chunks(QDict *info, uint64_t ram_size,
+                             uint64_t page_size)
+{
+    QListEntry *e;
+    uint64_t seen = 0;
+    Boundaries b = ram_chunks(info, ram_size);
+
+    g_assert_cmpuint(b.page_size, ==, page_size);
+    g_assert_true(qdict_get_bool(info, "kernel-coalesces"));
+    QLIST_FOREACH_ENTRY(qdict_get_qlist(info, "chunks"), e) {
+        QDict *c = qobject_to(QDict, qlist_entry_obj(e));
+        uint64_t start = qdict_get_int(c, "host-address");
+        uint64_t size = qdict_get_int(c, "size");
+
+        if (start < b.host_base || start >= b.host_base + ram_size) {
+            continue;
+        }
+        g_assert_true(qdict_get_bool(c, "pinned"));
+        g_assert_cmpuint(size, <=, GiB);
+        /* Cut at 1 GiB-aligned host addresses only */
+        g_assert_cmpuint((start + size) % GiB == 0 ||
+                         start + size == b.host_base + ram_size, ==, 1);
+        g_assert_cmpuint(qdict_get_int(c, "page-size"), ==, page_size);
+        g_assert_cmpuint(qdict_get_int(c, "bvecs"), ==,
+                         DIV_ROUND_UP(size, page_size));
+        seen += size;
+    }
+    g_assert_cmpuint(seen, ==, ram_size);
+}
+
+/*
+ * Write every shape, then read each back split differently; returns the
+ * number of requests of each kind on queue @q.
+ */
+static void run_shapes(VblkDev *d, unsigned q, uint64_t gpa,
+                       uint64_t disk_base, unsigned gen,
+                       int *writes, int *reads)
+{
+    VblkSeg segs[128];
+    uint64_t offset = disk_base;
+    int i;
+
+    for (i = 0; i < ARRAY_SIZE(io_shapes); i++) {
+        uint32_t size = io_shapes[i].size;
+        int n = io_shapes[i].segs;
+
+        offset = QEMU_ALIGN_UP(offset, 4096);
+        if (offset + size > d->capacity) {
+            offset = 0;
+        }
+        vblk_split(segs, gpa, size, n);
+        vblk_write_pattern(d, q, offset, segs, n, gen + i);
+        /* Read it back split differently, elsewhere in RAM */
+        n = n > 1 ? 1 : MIN(size / 4096, 64);
+        vblk_split(segs, gpa + 8 * MiB, size, n);
+        vblk_read_verify(d, q, offset, segs, n);
+        offset += size;
+    }
+    *writes += ARRAY_SIZE(io_shapes);
+    *reads += ARRAY_SIZE(io_shapes);
+}
+
+static void assert_ring(QDict *info, const char *name, int reads, int writes)
+{
+    QDict *ring = vblk_fixed_ring(info, name);
+
+    g_assert_nonnull(ring);
+    g_test_message("ring %s: %s", name,
+                   qobject_to_json(QOBJECT(ring))->str);
+    g_assert_true(qdict_get_bool(ring, "synced"));
+    g_assert_false(qdict_haskey(ring, "disabled-reason"));
+    g_assert_cmpint(qdict_get_int(ring, "fixed-reads"), ==, reads);
+    g_assert_cmpint(qdict_get_int(ring, "fixed-writes"), ==, writes);
+    g_assert_cmpint(vblk_ring_fallbacks(ring, "unregistered"), ==, 0);
+    g_assert_cmpint(vblk_ring_fallbacks(ring, "crosses-chunk"), ==, 0);
+    g_assert_cmpint(vblk_ring_fallbacks(ring, "not-pinned"), ==, 0);
+    g_assert_cmpint(vblk_ring_fallbacks(ring, "efault"), ==, 0);
+}
+
+/* One queue on an iothread, guest RAM on @mem */
+static void test_shapes(uint64_t ram, const char *mem, uint64_t page_size)
+{
+    char *image = vblk_make_image(DISK_SIZE);
+    g_autofree char *drive = fixed_drive(image, ",aio-fixed-buffers=on");
+    VblkDev *d;
+    QDict *info;
+    Boundaries b;
+    int reads = 0, writes = 0;
+
+    d = vblk_start(ram, image, 1,
+                   "-machine pc,memory-backend=ram0 -m %" PRIu64 "M "
+                   "-object %s,id=ram0,size=%" PRIu64 "M "
+                   "-object iothread,id=io0 %s "
+                   "-device virtio-blk-pci,id=vblk0,addr=04.0,drive=disk0,"
+                   "iothread=io0",
+                   ram / MiB, mem, ram / MiB, drive);
+    info = vblk_fixed_info(d);
+    check_ram_chunks(info, ram, page_size);
+    b = ram_chunks(info, ram);
+    qobject_unref(info);
+
+    run_shapes(d, 0, data_area(d, &b, 16 * MiB), 0, 1, &writes, &reads);
+
+    info = vblk_fixed_info(d);
+    assert_ring(info, "io0", reads, writes);
+    qobject_unref(info);
+    vblk_stop(d);
+}
+
+static void test_hugetlb(void)
+{
+    if (!vblk_have_hugepages(256 * MiB)) {
+        g_test_skip("cannot reserve 256 MiB of 2 MiB hugepages");
+        return;
+    }
+    test_shapes(256 * MiB, "memory-backend-memfd,hugetlb=on,hugetlbsize=2M",
+                2 * MiB);
+}
+
+static void test_small_pages(void)
+{
+    test_shapes(256 * MiB, "memory-backend-memfd", 4096);
+}
+
+/* With the option off nothing is registered and nothing changes */
+static void test_off(void)
+{
+    char *image = vblk_make_image(DISK_SIZE);
+    g_autofree char *drive = fixed_drive(image, "");
+    VblkDev *d;
+    QDict *info;
+    int reads = 0, writes = 0;
+
+    d = vblk_start(256 * MiB, image, 1,
+                   "-machine pc -m 256M -object iothread,id=io0 %s "
+                   "-device virtio-blk-pci,id=vblk0,addr=04.0,drive=disk0,"
+                   "iothread=io0", drive);
+    run_shapes(d, 0, d->data_start, 0, 1, &writes, &reads);
+    info = vblk_fixed_info(d);
+    g_assert_cmpuint(qdict_get_int(info, "registered-bytes"), ==, 0);
+    g_assert_null(vblk_fixed_ring(info, "io0"));
+    qobject_unref(info);
+    vblk_stop(d);
+}
+
+/*
+ * 2 GiB of guest RAM always spans a 1 GiB-aligned host address, so one
+ * chunk boundary lies inside it.  Segments that end on it, straddle it,
+ * or sit on both sides of it, and a 2 MiB hugepage boundary.
+ */
+static void test_chunk_boundary(void)
+{
+    uint64_t ram = 2 * GiB;
+    char *image;
+    g_autofree char *drive = NULL;
+    VblkDev *d;
+    QDict *info, *ring;
+    Boundaries b;
+    VblkSeg segs[2];
+    uint64_t cut;
+    int fixed = 0;
+
+    if (!vblk_have_hugepages(ram)) {
+        g_test_skip("cannot reserve 2 GiB of 2 MiB hugepages");
+        return;
+    }
+    image = vblk_make_image(DISK_SIZE);
+    drive = fixed_drive(image, ",aio-fixed-buffers=on");
+    d = vblk_start(ram, image, 1,
+                   "-machine pc,memory-backend=ram0 -m 2G "
+                   "-object memory-backend-memfd,id=ram0,size=2G,hugetlb=on,"
+                   "hugetlbsize=2M -object iothread,id=io0 %s "
+                   "-device virtio-blk-pci,id=vblk0,addr=04.0,drive=disk0,"
+                   "iothread=io0", drive);
+    info = vblk_fixed_info(d);
+    b = ram_chunks(info, ram);
+    qobject_unref(info);
+    g_assert_cmpint(b.n, >=, 1);
+    cut = b.gpa[0];
+    if (cut < 2 * MiB) {        /* keep clear of the allocator's area */
+        g_assert_cmpint(b.n, >=, 2);
+        cut = b.gpa[1];
+    }
+    g_assert_cmpuint(cut % (2 * MiB), ==, 0);
+
+    /* Ends exactly on the boundary, starts exactly on it: fixed */
+    segs[0] = (VblkSeg) { cut - 64 * 1024, 64 * 1024 };
+    vblk_write_pattern(d, 0, 0, segs, 1, 7);
+    vblk_read_verify(d, 0, 0, segs, 1);
+    segs[0] = (VblkSeg) { cut, 64 * 1024 };
+    vblk_write_pattern(d, 0, MiB, segs, 1, 8);
+    vblk_read_verify(d, 0, MiB, segs, 1);
+    fixed += 2;
+
+    /* A hugepage boundary inside a chunk is no obstacle */
+    segs[0] = (VblkSeg) { cut + 2 * MiB - 4096, 8192 };
+    vblk_write_pattern(d, 0, 2 * MiB, segs, 1, 9);
+    vblk_read_verify(d, 0, 2 * MiB, segs, 1);
+    fixed += 1;
+
+    /* Straddling the chunk boundary: the normal path, same data */
+    segs[0] = (VblkSeg) { cut - 4096, 3 * 4096 };
+    vblk_write_pattern(d, 0, 3 * MiB, segs, 1, 10);
+    vblk_read_verify(d, 0, 3 * MiB, segs, 1);
+    /* One segment each side of it */
+    segs[0] = (VblkSeg) { cut - 8192, 4096 };
+    segs[1] = (VblkSeg) { cut + 4096, 4096 };
+    vblk_write_pattern(d, 0, 4 * MiB, segs, 2, 11);
+    vblk_read_verify(d, 0, 4 * MiB, segs, 2);
+
+    info = vblk_fixed_info(d);
+    ring = vblk_fixed_ring(info, "io0");
+    g_assert_nonnull(ring);
+    g_assert_cmpint(qdict_get_int(ring, "fixed-reads"), ==, fixed);
+    g_assert_cmpint(qdict_get_int(ring, "fixed-writes"), ==, fixed);
+    g_assert_cmpint(vblk_ring_fallbacks(ring, "crosses-chunk"), ==, 4);
+    g_assert_cmpint(vblk_ring_fallbacks(ring, "unregistered"), ==, 0);
+    qobject_unref(info);
+    vblk_stop(d);
+}
+
+/*
+ * Two NUMA nodes, two memory backends, two RAMBlocks: a segment across
+ * guest address 128 MiB maps to two host ranges that are not adjacent.
+ */
+static void test_ramblock_boundary(void)
+{
+    char *image;
+    g_autofree char *drive = NULL;
+    VblkDev *d;
+    QDict *info, *ring;
+    VblkSeg seg = { 128 * MiB - 8192, 4 * 4096 };
+
+    if (!vblk_have_hugepages(256 * MiB)) {
+        g_test_skip("cannot reserve 256 MiB of 2 MiB hugepages");
+        return;
+    }
+    image = vblk_make_image(DISK_SIZE);
+    drive = fixed_drive(image, ",aio-fixed-buffers=on");
+    d = vblk_start(256 * MiB, image, 1,
+                   "-machine pc -m 256M "
+                   "-object memory-backend-memfd,id=m0,size=128M,hugetlb=on "
+                   "-object memory-backend-memfd,id=m1,size=128M "
+                   "-numa node,memdev=m0 -numa node,memdev=m1 "
+                   "-object iothread,id=io0 %s "
+                   "-device virtio-blk-pci,id=vblk0,addr=04.0,drive=disk0,"
+                   "iothread=io0", drive);
+    d->data_start = 64 * MiB;
+    vblk_write_pattern(d, 0, 0, &seg, 1, 3);
+    vblk_read_verify(d, 0, 0, &seg, 1);
+    /* Each side alone is fixed, on either kind of page */
+    seg = (VblkSeg) { 128 * MiB - 8192, 8192 };
+    vblk_write_pattern(d, 0, MiB, &seg, 1, 4);
+    vblk_read_verify(d, 0, MiB, &seg, 1);
+    seg = (VblkSeg) { 128 * MiB, 8192 };
+    vblk_write_pattern(d, 0, 2 * MiB, &seg, 1, 5);
+    vblk_read_verify(d, 0, 2 * MiB, &seg, 1);
+
+    info = vblk_fixed_info(d);
+    ring = vblk_fixed_ring(info, "io0");
+    g_assert_nonnull(ring);
+    g_assert_cmpint(vblk_ring_fallbacks(ring, "crosses-chunk"), ==, 2);
+    g_assert_cmpint(qdict_get_int(ring, "fixed-reads"), ==, 2);
+    g_assert_cmpint(qdict_get_int(ring, "fixed-writes"), ==, 2);
+    qobject_unref(info);
+    vblk_stop(d);
+}
+
+/* The kernel's accounting of pinned pages of process @pid, in bytes */
+static uint64_t vm_pinned(pid_t pid)
+{
+    g_autofree char *path = g_strdup_printf("/proc/%d/status", pid);
+    g_autofree char *text = NULL;
+    char *line;
+
+    g_assert(g_file_get_contents(path, &text, NULL, NULL));
+    line = strstr(text, "VmPin:");
+    g_assert_nonnull(line);
+    return g_ascii_strtoull(line + strlen("VmPin:"), NULL, 10) * 1024;
+}
+
+/*
+ * Two iothreads, one queue each: both rings do fixed I/O.  With cloning,
+ * guest RAM is pinned once; without, once per ring.
+ */
+static void test_iothreads(gconstpointer opaque)
+{
+    bool clone = GPOINTER_TO_INT(opaque);
+    char *image;
+    g_autofree char *drive = NULL;
+    VblkDev *d;
+    QDict *info;
+    int reads[2] = { 0 }, writes[2] = { 0 };
+    uint64_t registered, pinned;
+    unsigned q;
+
+    if (!vblk_have_hugepages(256 * MiB)) {
+        g_test_skip("cannot reserve 256 MiB of 2 MiB hugepages");
+        return;
+    }
+    if (!clone) {
+        g_setenv("QEMU_IO_URING_FIXED_NO_CLONE", "1", true);
+    }
+    image = vblk_make_image(DISK_SIZE);
+    drive = fixed_drive(image, ",aio-fixed-buffers=on");
+    d = vblk_start(256 * MiB, image, 2,
+                   "-machine pc,memory-backend=ram0 -m 256M "
+                   "-object memory-backend-memfd,id=ram0,size=256M,"
+                   "hugetlb=on,hugetlbsize=2M "
+                   "-object iothread,id=io0 -object iothread,id=io1 %s "
+                   "-device '{\"driver\": \"virtio-blk-pci\", \"id\": "
+                   "\"vblk0\", \"addr\": \"04.0\", \"drive\": \"disk0\", "
+                   "\"num-queues\": 2, \"iothread-vq-mapping\": "
+                   "[{\"iothread\": \"io0\"}, {\"iothread\": \"io1\"}]}'",
+                   drive);
+    g_unsetenv("QEMU_IO_URING_FIXED_NO_CLONE");
+
+    for (q = 0; q < 2; q++) {
+        Boundaries b;
+
+        info = vblk_fixed_info(d);
+        b = ram_chunks(info, 256 * MiB);
+        qobject_unref(info);
+        run_shapes(d, q, data_area(d, &b, 16 * MiB), q * 32 * MiB, q * 16,
+                   &writes[q], &reads[q]);
+    }
+
+    info = vblk_fixed_info(d);
+    assert_ring(info, "io0", reads[0], writes[0]);
+    assert_ring(info, "io1", reads[1], writes[1]);
+    g_assert_cmpint(qdict_get_bool(info, "clone-buffers"), ==, clone);
+    g_assert_cmpint(qdict_get_bool(vblk_fixed_ring(info, "io0"), "cloned"),
+                    ==, clone);
+    registered = qdict_get_int(info, "registered-bytes");
+    pinned = qdict_get_int(info, "pinned-bytes");
+    g_assert_cmpuint(pinned, ==, clone ? registered : 2 * registered);
+    /* The kernel agrees: pinned once, or once per ring */
+    g_assert_cmpuint(vm_pinned(qtest_pid(d->qts)), ==, pinned);
+    qobject_unref(info);
+    vblk_stop(d);
+}
+
+/*
+ * Without CAP_IPC_LOCK and with a small RLIMIT_MEMLOCK the kernel refuses
+ * to pin guest RAM: one warning, the normal path, correct data.
+ */
+static void test_memlock(void)
+{
+    g_autofree char *wrapper = NULL;
+    g_autofree char *qemu = NULL;
+    g_autofree char *log = NULL;
+    g_autofree char *text = NULL;
+    char *image;
+    g_autofree char *drive = NULL;
+    g_autofree char *setpriv = g_find_program_in_path("setpriv");
+    g_autofree char *prlimit = g_find_program_in_path("prlimit");
+    VblkDev *d;
+    QDict *info, *ring;
+    int reads = 0, writes = 0;
+    int fd;
+
+    if (!setpriv || !prlimit) {
+        g_test_skip("needs setpriv and prlimit (util-linux)");
+        return;
+    }
+    fd = g_file_open_tmp("vblk-memlock-XXXXXX.log", &log, NULL);
+    g_assert(fd >= 0);
+    close(fd);
+
+    /* QEMU runs as: prlimit (1 MiB) setpriv (no CAP_IPC_LOCK) qemu */
+    wrapper = g_strdup_printf("prlimit --memlock=1048576:1048576 setpriv "
+                              "--inh-caps=-ipc_lock --bounding-set=-ipc_lock "
+                              "%s", qtest_qemu_binary(NULL));
+    qemu = g_strdup(qtest_qemu_binary(NULL));
+    g_setenv("QTEST_QEMU_BINARY", wrapper, true);
+    image = vblk_make_image(DISK_SIZE);
+    drive = fixed_drive(image, ",aio-fixed-buffers=on");
+    d = vblk_start(256 * MiB, image, 1,
+                   "-machine pc -m 256M -object iothread,id=io0 %s "
+                   "-device virtio-blk-pci,id=vblk0,addr=04.0,drive=disk0,"
+                   "iothread=io0 2>%s", drive, log);
+    g_setenv("QTEST_QEMU_BINARY", qemu, true);
+    run_shapes(d, 0, d->data_start, 0, 1, &writes, &reads);
+    info = vblk_fixed_info(d);
+    ring = vblk_fixed_ring(info, "io0");
+    g_assert_nonnull(ring);
+    g_assert_cmpint(qdict_get_int(ring, "fixed-reads") +
+                    qdict_get_int(ring, "fixed-writes"), ==, 0);
+    g_assert_cmpint(vblk_ring_fallbacks(ring, "not-pinned"), ==,
+                    reads + writes);
+    qobject_unref(info);
+    vblk_stop(d);
+
+    g_assert(g_file_get_contents(log, &text, NULL, NULL));
+    g_assert_nonnull(strstr(text, "RLIMIT_MEMLOCK"));
+    g_assert_true(strstr(text, "RLIMIT_MEMLOCK") ==
+                  g_strrstr(text, "RLIMIT_MEMLOCK"));   /* only once */
+    unlink(log);
+}
+
+int main(int argc, char **argv)
+{
+    g_test_init(&argc, &argv, NULL);
+
+    qtest_add_func("/vblk-fixed/hugetlb", test_hugetlb);
+    qtest_add_func("/vblk-fixed/small-pages", test_small_pages);
+    qtest_add_func("/vblk-fixed/off", test_off);
+    qtest_add_func("/vblk-fixed/chunk-boundary", test_chunk_boundary);
+    qtest_add_func("/vblk-fixed/ramblock-boundary", test_ramblock_boundary);
+    qtest_add_data_func("/vblk-fixed/iothreads/clone", GINT_TO_POINTER(1),
+                        test_iothreads);
+    qtest_add_data_func("/vblk-fixed/iothreads/per-ring", GINT_TO_POINTER(0),
+                        test_iothreads);
+    qtest_add_func("/vblk-fixed/memlock", test_memlock);
+    return g_test_run();
+}

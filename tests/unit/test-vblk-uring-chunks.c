@@ -1,0 +1,169 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * io_uring fixed buffers: cutting guest RAM into chunks, finding them
+ */
+
+#include "qemu/osdep.h"
+#include "qemu/units.h"
+#include "block/io_uring-fixed.h"
+
+#define BASE (0x7f0000000000ull)   /* 1 GiB aligned */
+
+static void test_count(void)
+{
+    g_assert_cmpuint(uring_chunk_count(BASE, 0), ==, 0);
+    g_assert_cmpuint(uring_chunk_count(BASE, 1), ==, 1);
+    g_assert_cmpuint(uring_chunk_count(BASE, GiB), ==, 1);
+    g_assert_cmpuint(uring_chunk_count(BASE, GiB + 1), ==, 2);
+    g_assert_cmpuint(uring_chunk_count(BASE + GiB - 4096, 4096), ==, 1);
+    g_assert_cmpuint(uring_chunk_count(BASE + GiB - 4096, 8192), ==, 2);
+    /* 1 GiB that is not aligned takes two chunks */
+    g_assert_cmpuint(uring_chunk_count(BASE + 2 * MiB, GiB), ==, 2);
+    g_assert_cmpuint(uring_chunk_count(BASE + 2 * MiB, 3 * GiB + 4096), ==, 4);
+}
+
+static void test_split(void)
+{
+    UringChunk c[8];
+    size_t n, i;
+    uint64_t end;
+
+    /* 3.5 GiB starting 256 MiB into a 1 GiB window */
+    n = uring_chunk_split(BASE + 256 * MiB, 3 * GiB + 512 * MiB, c, 8);
+    g_assert_cmpuint(n, ==, 4);
+    g_assert_cmpuint(c[0].start, ==, BASE + 256 * MiB);
+    g_assert_cmpuint(c[0].len, ==, 768 * MiB);
+    for (i = 1; i < n; i++) {
+        g_assert_cmpuint(c[i].start, ==, c[i - 1].start + c[i - 1].len);
+        g_assert_cmpuint(c[i].start % GiB, ==, 0);
+        g_assert_cmpuint(c[i].len, <=, GiB);
+    }
+    end = c[n - 1].start + c[n - 1].len;
+    g_assert_cmpuint(end, ==, BASE + 256 * MiB + 3 * GiB + 512 * MiB);
+    g_assert_cmpuint(c[3].len, ==, 768 * MiB);
+
+    /* Never more than asked for */
+    g_assert_cmpuint(uring_chunk_split(BASE, 4 * GiB, c, 2), ==, 2);
+    g_assert_cmpuint(c[1].start, ==, BASE + GiB);
+    g_assert_cmpuint(uring_chunk_split(BASE, 0, c, 8), ==, 0);
+}
+
+/* Two adjacent chunks, a gap, and one more */
+static UringChunkTable *make_table(void)
+{
+    UringChunkTable *t = g_malloc0(sizeof(*t) + 3 * sizeof(UringChunk));
+
+    t->nr = 3;
+    t->chunks[0] = (UringChunk) { .start = BASE + GiB - 64 * MiB,
+                                  .len = 64 * MiB, .slot = 4, .pinned = true };
+    t->chunks[1] = (UringChunk) { .start = BASE + GiB, .len = 192 * MiB,
+                                  .slot = 5, .pinned = true };
+    t->chunks[2] = (UringChunk) { .start = BASE + 4 * GiB, .len = 2 * MiB,
+                                  .slot = 0, .pinned = true };
+    return t;
+}
+
+static void test_find(void)
+{
+    g_autofree UringChunkTable *t = make_table();
+
+    g_assert_null(uring_chunk_find(NULL, BASE));
+    g_assert_null(uring_chunk_find(t, 0));
+    g_assert_null(uring_chunk_find(t, BASE + GiB - 64 * MiB - 1));
+    g_assert_true(uring_chunk_find(t, BASE + GiB - 64 * MiB) == &t->chunks[0]);
+    g_assert_true(uring_chunk_find(t, BASE + GiB - 1) == &t->chunks[0]);
+    g_assert_true(uring_chunk_find(t, BASE + GiB) == &t->chunks[1]);
+    g_assert_true(uring_chunk_find(t, BASE + GiB + 192 * MiB - 1) ==
+                  &t->chunks[1]);
+    g_assert_null(uring_chunk_find(t, BASE + GiB + 192 * MiB));   /* gap */
+    g_assert_true(uring_chunk_find(t, BASE + 4 * GiB + 4096) == &t->chunks[2]);
+    g_assert_null(uring_chunk_find(t, BASE + 4 * GiB + 2 * MiB));
+    g_assert_null(uring_chunk_find(t, UINTPTR_MAX));
+}
+
+static void *at(uint64_t addr)
+{
+    return (void *)(uintptr_t)addr;
+}
+
+static void test_for_iov(void)
+{
+    g_autofree UringChunkTable *t = make_table();
+    UringFallbackReason why = URING_FALLBACK__MAX;
+    uint64_t end0 = BASE + GiB;
+    struct iovec iov[3];
+
+    /* Ends exactly on the chunk's end */
+    iov[0] = (struct iovec) { at(end0 - 8192), 8192 };
+    g_assert_true(uring_chunk_for_iov(t, iov, 1, &why) == &t->chunks[0]);
+
+    /* One byte more crosses into the next chunk */
+    iov[0].iov_len = 8193;
+    g_assert_null(uring_chunk_for_iov(t, iov, 1, &why));
+    g_assert_cmpint(why, ==, URING_FALLBACK_CROSSES_CHUNK);
+
+    /* Segments on both sides of a chunk boundary */
+    iov[0] = (struct iovec) { at(end0 - 4096), 4096 };
+    iov[1] = (struct iovec) { at(end0), 4096 };
+    g_assert_null(uring_chunk_for_iov(t, iov, 2, &why));
+    g_assert_cmpint(why, ==, URING_FALLBACK_CROSSES_CHUNK);
+
+    /* Several segments in one chunk, in any order */
+    iov[0] = (struct iovec) { at(end0 + 8192), 512 };
+    iov[1] = (struct iovec) { at(end0), 4096 };
+    iov[2] = (struct iovec) { at(end0 + 192 * MiB - 512), 512 };
+    g_assert_true(uring_chunk_for_iov(t, iov, 3, &why) == &t->chunks[1]);
+
+    /* Running off the end of a chunk into nothing */
+    iov[0] = (struct iovec) { at(end0 + 192 * MiB - 512), 1024 };
+    g_assert_null(uring_chunk_for_iov(t, iov, 1, &why));
+    g_assert_cmpint(why, ==, URING_FALLBACK_UNREGISTERED);
+
+    /* Memory nobody registered */
+    iov[0] = (struct iovec) { at(BASE), 4096 };
+    g_assert_null(uring_chunk_for_iov(t, iov, 1, &why));
+    g_assert_cmpint(why, ==, URING_FALLBACK_UNREGISTERED);
+    g_assert_null(uring_chunk_for_iov(NULL, iov, 1, &why));
+    g_assert_cmpint(why, ==, URING_FALLBACK_UNREGISTERED);
+
+    /* Zero-length entries do not count, wherever they point */
+    iov[0] = (struct iovec) { at(BASE), 0 };
+    iov[1] = (struct iovec) { at(BASE + 4 * GiB), 2 * MiB };
+    iov[2] = (struct iovec) { NULL, 0 };
+    g_assert_true(uring_chunk_for_iov(t, iov, 3, &why) == &t->chunks[2]);
+
+    /* ... and nothing to transfer is nothing to register */
+    iov[1].iov_len = 0;
+    g_assert_null(uring_chunk_for_iov(t, iov, 3, &why));
+    g_assert_cmpint(why, ==, URING_FALLBACK_UNREGISTERED);
+}
+
+static void test_bvecs(void)
+{
+    UringChunk c = { .start = BASE, .len = GiB, .page_size = 2 * MiB };
+
+    /* One bvec per hugepage once the kernel coalesces, else per 4 KiB */
+    g_assert_cmpuint(uring_chunk_bvecs(&c, true), ==, 512);
+    g_assert_cmpuint(uring_chunk_bvecs(&c, false), ==, 262144);
+
+    /* A partial hugepage at either end still takes a bvec */
+    c.start = BASE + 4096;
+    c.len = 4 * MiB;
+    g_assert_cmpuint(uring_chunk_bvecs(&c, true), ==, 3);
+
+    c = (UringChunk) { .start = BASE + 512, .len = 8192, .page_size = 4096 };
+    g_assert_cmpuint(uring_chunk_bvecs(&c, true), ==, 3);
+    c.len = 0;
+    g_assert_cmpuint(uring_chunk_bvecs(&c, true), ==, 0);
+}
+
+int main(int argc, char **argv)
+{
+    g_test_init(&argc, &argv, NULL);
+    g_test_add_func("/vblk-uring/chunks/count", test_count);
+    g_test_add_func("/vblk-uring/chunks/split", test_split);
+    g_test_add_func("/vblk-uring/chunks/find", test_find);
+    g_test_add_func("/vblk-uring/chunks/for-iov", test_for_iov);
+    g_test_add_func("/vblk-uring/chunks/bvecs", test_bvecs);
+    return g_test_run();
+}

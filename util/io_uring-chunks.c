@@ -1,0 +1,142 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * io_uring fixed buffers: cutting guest RAM into chunks and finding them
+ *
+ * Pure functions, no io_uring here, so that they can be unit tested.
+ */
+
+#include "qemu/osdep.h"
+#include "block/io_uring-fixed.h"
+
+const char *const uring_fallback_reason_names[URING_FALLBACK__MAX] = {
+    [URING_FALLBACK_UNREGISTERED] = "unregistered",
+    [URING_FALLBACK_CROSSES_CHUNK] = "crosses-chunk",
+    [URING_FALLBACK_NOT_PINNED] = "not-pinned",
+    [URING_FALLBACK_NO_VECTORED] = "no-vectored-fixed",
+    [URING_FALLBACK_RING_DISABLED] = "ring-disabled",
+    [URING_FALLBACK_EFAULT] = "efault",
+};
+
+size_t uring_chunk_count(uintptr_t start, size_t len)
+{
+    uint64_t first, last;
+
+    if (len == 0) {
+        return 0;
+    }
+    first = QEMU_ALIGN_DOWN((uint64_t)start, URING_CHUNK_MAX);
+    last = QEMU_ALIGN_DOWN((uint64_t)start + len - 1, URING_CHUNK_MAX);
+    return (last - first) / URING_CHUNK_MAX + 1;
+}
+
+/*
+ * Cut [start, start + len) at every 1 GiB-aligned address.  A hugepage
+ * (2 MiB or 1 GiB) is naturally aligned, so no chunk ever splits one and
+ * the kernel can describe each chunk with one bvec per hugepage.
+ */
+size_t uring_chunk_split(uintptr_t start, size_t len,
+                         UringChunk *out, size_t max)
+{
+    uint64_t pos = start, end = (uint64_t)start + len;
+    size_t n = 0;
+
+    while (pos < end && n < max) {
+        uint64_t next = QEMU_ALIGN_DOWN(pos, URING_CHUNK_MAX) + URING_CHUNK_MAX;
+
+        out[n++] = (UringChunk) {
+            .start = pos,
+            .len = MIN(next, end) - pos,
+        };
+        pos = next;
+    }
+    return n;
+}
+
+/* The chunk holding @addr in a table sorted by start, or NULL */
+const UringChunk *uring_chunk_find(const UringChunkTable *t, uintptr_t addr)
+{
+    unsigned lo = 0, hi = t ? t->nr : 0;
+
+    /* Find the last chunk that starts at or before addr */
+    while (lo < hi) {
+        unsigned mid = lo + (hi - lo) / 2;
+
+        if (t->chunks[mid].start <= addr) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    if (lo == 0) {
+        return NULL;
+    }
+    if (addr - t->chunks[lo - 1].start >= t->chunks[lo - 1].len) {
+        return NULL;
+    }
+    return &t->chunks[lo - 1];
+}
+
+static bool chunk_holds(const UringChunk *c, const struct iovec *iov)
+{
+    uintptr_t base = (uintptr_t)iov->iov_base;
+
+    return base >= c->start && base - c->start <= c->len &&
+           iov->iov_len <= c->len - (base - c->start);
+}
+
+/*
+ * The one chunk that holds every non-empty element of @iov, or NULL with
+ * the reason in @why.
+ */
+const UringChunk *uring_chunk_for_iov(const UringChunkTable *t,
+                                      const struct iovec *iov, int niov,
+                                      UringFallbackReason *why)
+{
+    const UringChunk *c = NULL;
+    int i;
+
+    for (i = 0; i < niov; i++) {
+        if (iov[i].iov_len == 0) {
+            continue;
+        }
+        if (!c) {
+            c = uring_chunk_find(t, (uintptr_t)iov[i].iov_base);
+            if (!c) {
+                *why = URING_FALLBACK_UNREGISTERED;
+                return NULL;
+            }
+        }
+        if (!chunk_holds(c, &iov[i])) {
+            uintptr_t base = (uintptr_t)iov[i].iov_base;
+            uintptr_t last = base + iov[i].iov_len - 1;
+
+            *why = uring_chunk_find(t, base) && uring_chunk_find(t, last) ?
+                   URING_FALLBACK_CROSSES_CHUNK : URING_FALLBACK_UNREGISTERED;
+            return NULL;
+        }
+    }
+    if (!c) {
+        *why = URING_FALLBACK_UNREGISTERED; /* nothing to transfer */
+    }
+    return c;
+}
+
+/*
+ * How many bio_vecs the kernel builds for the chunk: one per page, where
+ * since Linux 6.12 a page may be a whole hugepage.
+ */
+uint64_t uring_chunk_bvecs(const UringChunk *c, bool kernel_coalesces)
+{
+    uint64_t page = 4096;
+    uint64_t first, end;
+
+    if (kernel_coalesces && c->page_size > page) {
+        page = c->page_size;
+    }
+    if (c->len == 0) {
+        return 0;
+    }
+    first = QEMU_ALIGN_DOWN((uint64_t)c->start, page);
+    end = QEMU_ALIGN_UP((uint64_t)c->start + c->len, page);
+    return (end - first) / page;
+}

@@ -1,0 +1,698 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * io_uring fixed buffers over guest RAM: the registry and every ring
+ *
+ * The registry is changed by the main loop thread.  When the kernel can
+ * clone buffer tables (Linux >= 6.12), guest RAM is pinned once, into a
+ * private "pin ring", and every AioContext's ring clones that table; else
+ * every ring registers the chunks itself.  Each ring follows the registry
+ * in its own thread: a generation number, checked before each lookup,
+ * tells it to re-sync.  Removing RAM syncs every ring before it returns.
+ */
+
+#include "qemu/osdep.h"
+#include <liburing.h>
+#include <sys/resource.h>
+#include <sys/utsname.h>
+#include "qemu/bitmap.h"
+#include "qemu/error-report.h"
+#include "qemu/lockable.h"
+#include "qemu/stats64.h"
+#include "qemu/thread.h"
+#include "block/aio-wait.h"
+#include "block/io_uring-fixed.h"
+#include "trace.h"
+
+/* Newer than the uapi headers QEMU may be built against */
+#define URING_REGISTER_CLONE_BUFFERS    30
+#define URING_CLONE_DST_REPLACE         (1U << 1)
+#define URING_OP_READV_FIXED            60
+#define URING_OP_WRITEV_FIXED           61
+
+struct uring_clone_buffers {
+    uint32_t src_fd;
+    uint32_t flags;
+    uint32_t src_off;
+    uint32_t dst_off;
+    uint32_t nr;
+    uint32_t pad[3];
+};
+
+typedef struct UringRange {
+    uintptr_t start;
+    size_t len;
+    unsigned refs;
+    unsigned nr_chunks;
+    UringChunk *chunks;
+} UringRange;
+
+struct UringFixedRing {
+    AioContext *ctx;
+    UringChunkTable *table;     /* what this ring's kernel table holds */
+    uint64_t generation;
+    bool own_table;             /* registered its own sparse table */
+    bool cloned;
+    char *disabled_reason;
+    unsigned long *refused;     /* own table: slots the kernel refused */
+    Stat64 fixed_reads;
+    Stat64 fixed_writes;
+    Stat64 fallbacks[URING_FALLBACK__MAX];
+    QLIST_ENTRY(UringFixedRing) next;
+};
+
+static struct {
+    QemuMutex lock;
+    bool probed;
+    bool can_clone;
+    bool can_vectored;
+    bool coalesces;
+    bool have_pin_ring;
+    struct io_uring pin_ring;
+    GArray *ranges;             /* of UringRange */
+    unsigned long *slots;       /* slots in use */
+    UringChunkTable *table;
+    uint64_t generation;        /* read locklessly by every ring */
+    QLIST_HEAD(, UringFixedRing) rings;
+} reg;
+
+static void __attribute__((__constructor__)) uring_fixed_init(void)
+{
+    qemu_mutex_init(&reg.lock);
+    reg.ranges = g_array_new(false, true, sizeof(UringRange));
+    reg.slots = bitmap_new(URING_SLOTS_MAX);
+    QLIST_INIT(&reg.rings);
+}
+
+/* --- kernel capabilities ---------------------------------------------- */
+
+static bool kernel_at_least(int want_major, int want_minor)
+{
+    struct utsname u;
+    int major, minor;
+
+    if (uname(&u) < 0 || sscanf(u.release, "%d.%d", &major, &minor) != 2) {
+        return false;
+    }
+    return major > want_major || (major == want_major && minor >= want_minor);
+}
+
+static bool probe_vectored_fixed(void)
+{
+    struct io_uring_probe *probe = io_uring_get_probe();
+    bool ok;
+
+    if (!probe) {
+        return false;
+    }
+    ok = io_uring_opcode_supported(probe, URING_OP_READV_FIXED) &&
+         io_uring_opcode_supported(probe, URING_OP_WRITEV_FIXED);
+    io_uring_free_probe(probe);
+    return ok;
+}
+
+static int clone_table(int dst_fd, int src_fd)
+{
+    struct uring_clone_buffers arg = {
+        .src_fd = src_fd,
+        .flags = URING_CLONE_DST_REPLACE,
+    };
+
+    return io_uring_register(dst_fd, URING_REGISTER_CLONE_BUFFERS, &arg, 1);
+}
+
+/* Can a ring clone the pin ring's table?  Try it on a scratch ring. */
+static bool probe_clone(void)
+{
+    struct io_uring scratch;
+    int ret;
+
+    if (getenv("QEMU_IO_URING_FIXED_NO_CLONE")) {
+        return false;   /* to exercise the per-ring path */
+    }
+    if (io_uring_queue_init(1, &scratch, 0) < 0) {
+        return false;
+    }
+    ret = clone_table(scratch.ring_fd, reg.pin_ring.ring_fd);
+    io_uring_queue_exit(&scratch);
+    return ret >= 0;
+}
+
+static void probe_locked(void)
+{
+    int ret;
+
+    if (reg.probed) {
+        return;
+    }
+    reg.probed = true;
+    reg.coalesces = kernel_at_least(6, 12);
+    qatomic_set(&reg.can_vectored, probe_vectored_fixed());
+
+    ret = io_uring_queue_init(1, &reg.pin_ring, 0);
+    if (ret == 0) {
+        ret = io_uring_register_buffers_sparse(&reg.pin_ring, URING_SLOTS_MAX);
+        if (ret < 0) {
+            io_uring_queue_exit(&reg.pin_ring);
+        }
+    }
+    reg.have_pin_ring = ret == 0;
+    reg.can_clone = reg.have_pin_ring && probe_clone();
+    if (reg.have_pin_ring && !reg.can_clone) {
+        io_uring_queue_exit(&reg.pin_ring);
+        reg.have_pin_ring = false;
+    }
+    trace_uring_fixed_probe(reg.coalesces, reg.can_vectored, reg.can_clone);
+}
+
+bool uring_fixed_can_clone(void)
+{
+    return reg.can_clone;
+}
+
+bool uring_fixed_can_vectored(void)
+{
+    return qatomic_read(&reg.can_vectored);
+}
+
+bool uring_fixed_kernel_coalesces(void)
+{
+    return reg.coalesces;
+}
+
+/* --- registry --------------------------------------------------------- */
+
+/* The page size of the mapping at @addr, from /proc/self/smaps */
+static size_t host_page_size(uintptr_t addr)
+{
+    g_autofree char *smaps = NULL;
+    g_auto(GStrv) lines = NULL;
+    bool in_vma = false;
+    unsigned long kib;
+    int i;
+
+    if (!g_file_get_contents("/proc/self/smaps", &smaps, NULL, NULL)) {
+        return qemu_real_host_page_size();
+    }
+    lines = g_strsplit(smaps, "\n", -1);
+    for (i = 0; lines[i]; i++) {
+        uint64_t start, end;
+        char sep;
+
+        if (sscanf(lines[i], "%" SCNx64 "-%" SCNx64 "%c",
+                   &start, &end, &sep) == 3 && sep == ' ') {
+            in_vma = addr >= start && addr < end;
+        } else if (in_vma &&
+                   sscanf(lines[i], "KernelPageSize: %lu kB", &kib) == 1) {
+            return kib * 1024;
+        }
+    }
+    return qemu_real_host_page_size();
+}
+
+static void report_refusal(int err, const UringChunk *c)
+{
+    struct rlimit rl = { 0 };
+
+    switch (-err) {
+    case ENOMEM:
+        getrlimit(RLIMIT_MEMLOCK, &rl);
+        warn_report_once("io_uring fixed buffers: cannot pin guest RAM, "
+                         "RLIMIT_MEMLOCK is %llu KiB; raise it (ulimit -l, "
+                         "LimitMEMLOCK=) or grant CAP_IPC_LOCK. I/O goes on "
+                         "without fixed buffers for that memory",
+                         (unsigned long long)rl.rlim_cur / 1024);
+        break;
+    case EFAULT:
+    case EOPNOTSUPP:
+        warn_report_once("io_uring fixed buffers: the kernel will not pin "
+                         "guest RAM at %p long-term (RAM shared from a "
+                         "regular file?); use memory-backend-memfd or "
+                         "hugetlbfs. I/O goes on without fixed buffers for "
+                         "that memory", (void *)c->start);
+        break;
+    default:
+        warn_report_once("io_uring fixed buffers: registering guest RAM "
+                         "failed: %s. I/O goes on without fixed buffers for "
+                         "that memory", strerror(-err));
+    }
+}
+
+static int update_slot(struct io_uring *ring, const UringChunk *c,
+                       unsigned slot)
+{
+    struct iovec iov = {
+        .iov_base = c ? (void *)c->start : NULL,
+        .iov_len = c ? c->len : 0,
+    };
+    __u64 tag = 0;
+    int ret = io_uring_register_buffers_update_tag(ring, slot, &iov, &tag, 1);
+
+    trace_uring_fixed_update_slot(ring->ring_fd, slot, iov.iov_base,
+                                  iov.iov_len, ret);
+    return ret < 0 ? ret : 0;
+}
+
+static void chunk_table_ref(UringChunkTable *t)
+{
+    qatomic_inc(&t->refcnt);
+}
+
+void uring_chunk_table_unref(UringChunkTable *t)
+{
+    if (t && qatomic_fetch_dec(&t->refcnt) == 1) {
+        g_free(t);
+    }
+}
+
+static int chunk_cmp(const void *a, const void *b)
+{
+    const UringChunk *x = a, *y = b;
+
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* Make a new snapshot of the registry and tell every ring about it */
+static void publish_locked(void)
+{
+    UringChunkTable *t;
+    unsigned i, nr = 0;
+
+    for (i = 0; i < reg.ranges->len; i++) {
+        nr += g_array_index(reg.ranges, UringRange, i).nr_chunks;
+    }
+    t = g_malloc0(sizeof(*t) + nr * sizeof(t->chunks[0]));
+    t->refcnt = 1;
+    for (i = 0; i < reg.ranges->len; i++) {
+        UringRange *r = &g_array_index(reg.ranges, UringRange, i);
+
+        memcpy(&t->chunks[t->nr], r->chunks, r->nr_chunks * sizeof(*r->chunks));
+        t->nr += r->nr_chunks;
+    }
+    qsort(t->chunks, t->nr, sizeof(t->chunks[0]), chunk_cmp);
+    t->generation = reg.generation + 1;
+
+    uring_chunk_table_unref(reg.table);
+    reg.table = t;
+    qatomic_store_release(&reg.generation, t->generation);
+}
+
+static UringRange *find_range_locked(uintptr_t start, size_t len, unsigned *idx)
+{
+    unsigned i;
+
+    for (i = 0; i < reg.ranges->len; i++) {
+        UringRange *r = &g_array_index(reg.ranges, UringRange, i);
+
+        if (r->start == start && r->len == len) {
+            *idx = i;
+            return r;
+        }
+    }
+    return NULL;
+}
+
+static void add_chunk_locked(UringChunk *c, size_t page_size)
+{
+    long slot = find_first_zero_bit(reg.slots, URING_SLOTS_MAX);
+    int ret;
+
+    c->page_size = page_size;
+    if (slot >= URING_SLOTS_MAX) {
+        warn_report_once("io_uring fixed buffers: more than %d chunks of "
+                         "guest RAM; the rest goes without fixed buffers",
+                         URING_SLOTS_MAX);
+        c->slot = URING_SLOTS_MAX;
+        return;
+    }
+    set_bit(slot, reg.slots);
+    c->slot = slot;
+    if (!reg.can_clone) {
+        c->pinned = true;   /* every ring pins it for itself */
+        return;
+    }
+    ret = update_slot(&reg.pin_ring, c, slot);
+    if (ret < 0) {
+        report_refusal(ret, c);
+    }
+    c->pinned = ret == 0;
+}
+
+void uring_fixed_register(void *host, size_t size)
+{
+    UringRange r = {
+        .start = (uintptr_t)host,
+        .len = size,
+        .refs = 1,
+    };
+    UringRange *old;
+    size_t page_size;
+    unsigned i;
+
+    QEMU_LOCK_GUARD(&reg.lock);
+    probe_locked();
+    old = find_range_locked(r.start, r.len, &i);
+    if (old) {
+        old->refs++;
+        return;
+    }
+
+    page_size = host_page_size(r.start);
+    r.nr_chunks = uring_chunk_count(r.start, r.len);
+    r.chunks = g_new0(UringChunk, r.nr_chunks);
+    uring_chunk_split(r.start, r.len, r.chunks, r.nr_chunks);
+    for (i = 0; i < r.nr_chunks; i++) {
+        add_chunk_locked(&r.chunks[i], page_size);
+    }
+    g_array_append_val(reg.ranges, r);
+    trace_uring_fixed_register(host, size, r.nr_chunks, page_size);
+    publish_locked();
+}
+
+static bool unregister_locked(uintptr_t start, size_t len)
+{
+    UringRange *r;
+    unsigned i, idx;
+
+    r = find_range_locked(start, len, &idx);
+    if (!r) {
+        return false;   /* never registered, or registration was refused */
+    }
+    if (--r->refs > 0) {
+        return false;
+    }
+    for (i = 0; i < r->nr_chunks; i++) {
+        UringChunk *c = &r->chunks[i];
+
+        if (c->slot >= URING_SLOTS_MAX) {
+            continue;
+        }
+        if (c->pinned && reg.can_clone) {
+            update_slot(&reg.pin_ring, NULL, c->slot);
+        }
+        clear_bit(c->slot, reg.slots);
+    }
+    g_free(r->chunks);
+    g_array_remove_index(reg.ranges, idx);
+    trace_uring_fixed_unregister((void *)start, len);
+    publish_locked();
+    return true;
+}
+
+static void ring_sync(struct UringFixedRing *ring);
+
+static void ring_sync_bh(void *opaque)
+{
+    AioContext *ctx = opaque;
+
+    if (ctx->uring_fixed) {
+        ring_sync(ctx->uring_fixed);
+    }
+}
+
+void uring_fixed_unregister(void *host, size_t size)
+{
+    g_autoptr(GPtrArray) ctxs = g_ptr_array_new();
+    struct UringFixedRing *ring;
+    unsigned i;
+
+    WITH_QEMU_LOCK_GUARD(&reg.lock) {
+        if (!unregister_locked((uintptr_t)host, size)) {
+            return;
+        }
+        QLIST_FOREACH(ring, &reg.rings, next) {
+            g_ptr_array_add(ctxs, ring->ctx);
+        }
+    }
+
+    /*
+     * The memory is about to be unmapped: make every ring drop it now, not
+     * at its next request, so no ring keeps its pages pinned.
+     */
+    for (i = 0; i < ctxs->len; i++) {
+        aio_wait_bh_oneshot(g_ptr_array_index(ctxs, i), ring_sync_bh,
+                            g_ptr_array_index(ctxs, i));
+    }
+}
+
+UringChunkTable *uring_fixed_table_get(void)
+{
+    QEMU_LOCK_GUARD(&reg.lock);
+    if (reg.table) {
+        chunk_table_ref(reg.table);
+    }
+    return reg.table;
+}
+
+/* --- rings ------------------------------------------------------------ */
+
+static struct UringFixedRing *ring_get(AioContext *ctx)
+{
+    struct UringFixedRing *ring = ctx->uring_fixed;
+
+    if (likely(ring)) {
+        return ring;
+    }
+    ring = g_new0(struct UringFixedRing, 1);
+    ring->ctx = ctx;
+    ctx->uring_fixed = ring;
+    WITH_QEMU_LOCK_GUARD(&reg.lock) {
+        QLIST_INSERT_HEAD(&reg.rings, ring, next);
+    }
+    return ring;
+}
+
+void uring_fixed_ring_destroy(AioContext *ctx)
+{
+    struct UringFixedRing *ring = ctx->uring_fixed;
+
+    if (!ring) {
+        return;
+    }
+    WITH_QEMU_LOCK_GUARD(&reg.lock) {
+        QLIST_REMOVE(ring, next);
+    }
+    ctx->uring_fixed = NULL;
+    uring_chunk_table_unref(ring->table);
+    g_free(ring->refused);
+    g_free(ring->disabled_reason);
+    g_free(ring);
+}
+
+static void ring_disable(struct UringFixedRing *ring, const char *what, int err)
+{
+    if (!ring->disabled_reason) {
+        ring->disabled_reason = g_strdup_printf("%s: %s", what, strerror(-err));
+        warn_report_once("io_uring fixed buffers: %s; I/O goes on without "
+                         "them", ring->disabled_reason);
+    }
+}
+
+static const UringChunk *chunk_in_slot(const UringChunkTable *t, unsigned slot)
+{
+    unsigned i;
+
+    for (i = 0; t && i < t->nr; i++) {
+        if (t->chunks[i].slot == slot) {
+            return &t->chunks[i];
+        }
+    }
+    return NULL;
+}
+
+static bool same_chunk(const UringChunk *a, const UringChunk *b)
+{
+    return a && b && a->start == b->start && a->len == b->len;
+}
+
+/* Without cloning: bring this ring's own table from @old to @new */
+static void ring_update_own(struct UringFixedRing *ring,
+                            const UringChunkTable *old,
+                            const UringChunkTable *new)
+{
+    struct io_uring *uring = &ring->ctx->fdmon_io_uring;
+    unsigned i;
+    int ret;
+
+    if (!ring->own_table) {
+        ret = io_uring_register_buffers_sparse(uring, URING_SLOTS_MAX);
+        if (ret < 0) {
+            ring_disable(ring, "the kernel cannot register a sparse buffer "
+                         "table (Linux >= 5.19 needed)", ret);
+            return;
+        }
+        ring->own_table = true;
+        ring->refused = bitmap_new(URING_SLOTS_MAX);
+    }
+    for (i = 0; old && i < old->nr; i++) {
+        const UringChunk *c = &old->chunks[i];
+
+        if (c->slot < URING_SLOTS_MAX &&
+            !same_chunk(c, chunk_in_slot(new, c->slot))) {
+            update_slot(uring, NULL, c->slot);
+        }
+    }
+    for (i = 0; new && i < new->nr; i++) {
+        const UringChunk *c = &new->chunks[i];
+
+        if (c->slot >= URING_SLOTS_MAX ||
+            same_chunk(c, chunk_in_slot(old, c->slot))) {
+            continue;
+        }
+        ret = update_slot(uring, c, c->slot);
+        if (ret < 0) {
+            report_refusal(ret, c);
+            set_bit(c->slot, ring->refused);
+        } else {
+            clear_bit(c->slot, ring->refused);
+        }
+    }
+}
+
+/*
+ * Make this ring's buffer table match the registry; in the ring's thread.
+ * Holding the registry lock keeps the pin ring's table and the snapshot
+ * in step, and the monitor from reading a half-changed ring.
+ */
+static void ring_sync(struct UringFixedRing *ring)
+{
+    struct io_uring *uring = &ring->ctx->fdmon_io_uring;
+    UringChunkTable *old = ring->table, *new;
+    int ret = 0;
+
+    /* Queued sqes name slots by number: let them go before slots change */
+    if (io_uring_sq_ready(uring)) {
+        io_uring_submit(uring);
+    }
+
+    WITH_QEMU_LOCK_GUARD(&reg.lock) {
+        new = reg.table;
+        if (new) {
+            chunk_table_ref(new);
+        }
+        if (ring->disabled_reason) {
+            /* nothing to sync */
+        } else if (reg.can_clone) {
+            ret = clone_table(uring->ring_fd, reg.pin_ring.ring_fd);
+            if (ret < 0) {
+                ring_disable(ring, "cloning the pinned buffers failed", ret);
+            }
+            ring->cloned = ret >= 0;
+        } else {
+            ring_update_own(ring, old, new);
+        }
+        ring->table = new;
+        qatomic_set(&ring->generation, new ? new->generation : 0);
+    }
+    uring_chunk_table_unref(old);
+    trace_uring_fixed_ring_sync(ring->ctx, ring->generation, ring->cloned,
+                                ret);
+}
+
+int uring_fixed_lookup(AioContext *ctx, const struct iovec *iov, int niov,
+                       UringFallbackReason *why)
+{
+    struct UringFixedRing *ring = ring_get(ctx);
+    const UringChunk *c;
+
+    if (unlikely(qatomic_load_acquire(&reg.generation) != ring->generation)) {
+        ring_sync(ring);
+    }
+    if (unlikely(ring->disabled_reason)) {
+        *why = URING_FALLBACK_RING_DISABLED;
+        return -1;
+    }
+    c = uring_chunk_for_iov(ring->table, iov, niov, why);
+    if (!c) {
+        return -1;
+    }
+    if (!c->pinned || c->slot >= URING_SLOTS_MAX ||
+        (ring->refused && test_bit(c->slot, ring->refused))) {
+        *why = URING_FALLBACK_NOT_PINNED;
+        return -1;
+    }
+    if (niov > 1 && !qatomic_read(&reg.can_vectored)) {
+        *why = URING_FALLBACK_NO_VECTORED;
+        return -1;
+    }
+    return c->slot;
+}
+
+void uring_fixed_count_fixed(AioContext *ctx, bool write)
+{
+    struct UringFixedRing *ring = ring_get(ctx);
+
+    stat64_add(write ? &ring->fixed_writes : &ring->fixed_reads, 1);
+}
+
+void uring_fixed_count_fallback(AioContext *ctx, UringFallbackReason why)
+{
+    stat64_add(&ring_get(ctx)->fallbacks[why], 1);
+}
+
+static void ring_usable_chunks(struct UringFixedRing *ring,
+                               unsigned *chunks, uint64_t *bytes)
+{
+    const UringChunkTable *t = ring->table;
+    unsigned i;
+
+    *chunks = 0;
+    *bytes = 0;
+    for (i = 0; t && !ring->disabled_reason && i < t->nr; i++) {
+        const UringChunk *c = &t->chunks[i];
+
+        if (c->pinned && c->slot < URING_SLOTS_MAX &&
+            !(ring->refused && test_bit(c->slot, ring->refused))) {
+            (*chunks)++;
+            *bytes += c->len;
+        }
+    }
+}
+
+static void ring_stats_free(gpointer p)
+{
+    UringRingStats *s = p;
+
+    g_free(s->disabled_reason);
+    g_free(s);
+}
+
+GPtrArray *uring_fixed_ring_stats(void)
+{
+    GPtrArray *all = g_ptr_array_new_with_free_func(ring_stats_free);
+    struct UringFixedRing *ring;
+    unsigned i;
+
+    QEMU_LOCK_GUARD(&reg.lock);
+    QLIST_FOREACH(ring, &reg.rings, next) {
+        UringRingStats *s = g_new0(UringRingStats, 1);
+
+        s->ctx = ring->ctx;
+        s->generation = qatomic_read(&ring->generation);
+        s->synced = s->generation == reg.generation;
+        s->cloned = ring->cloned;
+        s->disabled_reason = g_strdup(ring->disabled_reason);
+        ring_usable_chunks(ring, &s->chunks, &s->bytes);
+        s->fixed_reads = stat64_get(&ring->fixed_reads);
+        s->fixed_writes = stat64_get(&ring->fixed_writes);
+        for (i = 0; i < URING_FALLBACK__MAX; i++) {
+            s->fallbacks[i] = stat64_get(&ring->fallbacks[i]);
+        }
+        g_ptr_array_add(all, s);
+    }
+    return all;
+}
+
+void uring_prep_rw_fixed(struct io_uring_sqe *sqe, int fd,
+                         const struct iovec *iov, int niov, uint64_t offset,
+                         int rw_flags, int buf_index, bool write)
+{
+    if (niov == 1) {
+        io_uring_prep_rw(write ? IORING_OP_WRITE_FIXED : IORING_OP_READ_FIXED,
+                         sqe, fd, iov->iov_base, iov->iov_len, offset);
+    } else {
+        io_uring_prep_rw(write ? URING_OP_WRITEV_FIXED : URING_OP_READV_FIXED,
+                         sqe, fd, iov, niov, offset);
+    }
+    sqe->rw_flags = rw_flags;
+    sqe->buf_index = buf_index;
+}
