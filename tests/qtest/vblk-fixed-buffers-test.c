@@ -452,6 +452,133 @@ static void test_iothreads(gconstpointer opaque)
     vblk_stop(d);
 }
 
+static void qmp_ok(QTestState *qts, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
+static void qmp_ok(QTestState *qts, const char *fmt, ...)
+{
+    va_list ap;
+    QDict *rsp;
+
+    va_start(ap, fmt);
+    rsp = qtest_vqmp(qts, fmt, ap);
+    va_end(ap);
+    if (!qdict_haskey(rsp, "return")) {
+        g_error("QMP failed: %s", qobject_to_json(QOBJECT(rsp))->str);
+    }
+    qobject_unref(rsp);
+}
+
+static uint64_t dimm_address(QTestState *qts)
+{
+    QDict *rsp = qtest_qmp(qts, "{'execute': 'query-memory-devices'}");
+    QList *devs = qdict_get_qlist(rsp, "return");
+    QDict *dimm = qobject_to(QDict, qlist_peek(devs));
+    uint64_t addr;
+
+    g_assert_nonnull(dimm);
+    addr = qdict_get_int(qdict_get_qdict(dimm, "data"), "addr");
+    qobject_unref(rsp);
+    return addr;
+}
+
+/*
+ * Guest RAM that comes and goes: a hugepage-backed DIMM plugged in after
+ * the rings exist is registered and used with fixed buffers; ejected and
+ * deleted, it leaves the registry, every ring drops it at once (no
+ * request needed) and the kernel unpins it.
+ */
+static void test_hotplug(gconstpointer opaque)
+{
+    bool clone = GPOINTER_TO_INT(opaque);
+    char *image;
+    g_autofree char *drive = NULL;
+    VblkDev *d;
+    QDict *info, *ring;
+    VblkSeg seg;
+    uint64_t registered, dimm;
+    int reads = 0, writes = 0, i;
+
+    if (!vblk_have_hugepages(384 * MiB)) {
+        g_test_skip("cannot reserve 384 MiB of 2 MiB hugepages");
+        return;
+    }
+    if (!clone) {
+        g_setenv("QEMU_IO_URING_FIXED_NO_CLONE", "1", true);
+    }
+    image = vblk_make_image(DISK_SIZE);
+    drive = fixed_drive(image, ",aio-fixed-buffers=on");
+    d = vblk_start(256 * MiB, image, 1,
+                   "-machine pc,memory-backend=ram0 -m 256M,slots=2,maxmem=1G "
+                   "-object memory-backend-memfd,id=ram0,size=256M,"
+                   "hugetlb=on,hugetlbsize=2M "
+                   "-object iothread,id=io0 %s "
+                   "-device virtio-blk-pci,id=vblk0,addr=04.0,drive=disk0,"
+                   "iothread=io0", drive);
+    g_unsetenv("QEMU_IO_URING_FIXED_NO_CLONE");
+    seg = (VblkSeg) { d->data_start, MiB };
+    vblk_write_pattern(d, 0, 0, &seg, 1, 1);
+    vblk_read_verify(d, 0, 0, &seg, 1);
+    info = vblk_fixed_info(d);
+    registered = qdict_get_int(info, "registered-bytes");
+    qobject_unref(info);
+
+    /* Plug 128 MiB in; the ring learns of it before its next request */
+    qmp_ok(d->qts, "{'execute': 'object-add', 'arguments': {"
+           "'qom-type': 'memory-backend-memfd', 'id': 'mem1',"
+           "'size': %" PRIu64 ", 'hugetlb': true}}", 128 * MiB);
+    qmp_ok(d->qts, "{'execute': 'device_add', 'arguments': {"
+           "'driver': 'pc-dimm', 'id': 'dimm1', 'memdev': 'mem1'}}");
+    dimm = dimm_address(d->qts);
+    seg = (VblkSeg) { dimm + 2 * MiB - 4096, MiB };
+    vblk_write_pattern(d, 0, 4 * MiB, &seg, 1, 2);
+    vblk_read_verify(d, 0, 4 * MiB, &seg, 1);
+
+    info = vblk_fixed_info(d);
+    g_assert_cmpuint(qdict_get_int(info, "registered-bytes"), ==,
+                     registered + 128 * MiB);
+    ring = vblk_fixed_ring(info, "io0");
+    g_assert_true(qdict_get_bool(ring, "synced"));
+    g_assert_cmpint(qdict_get_int(ring, "fixed-writes"), ==, 2);
+    g_assert_cmpint(qdict_get_int(ring, "fixed-reads"), ==, 2);
+    g_assert_cmpuint(vm_pinned(qtest_pid(d->qts)), ==,
+                     qdict_get_int(info, "pinned-bytes"));
+    qobject_unref(info);
+
+    /* Unplug it the way a guest does: select the slot, eject it */
+    qmp_ok(d->qts, "{'execute': 'device_del', 'arguments': {"
+           "'id': 'dimm1'}}");
+    qtest_outl(d->qts, 0xa00, 0);
+    qtest_outb(d->qts, 0xa14, 8);
+    qtest_qmp_eventwait(d->qts, "DEVICE_DELETED");
+    qmp_ok(d->qts, "{'execute': 'object-del', 'arguments': {'id': 'mem1'}}");
+
+    /*
+     * The RAMBlock goes once RCU lets go of it; from then on it is gone
+     * from the registry, from the ring and from the kernel.
+     */
+    for (i = 0; i < 500; i++) {
+        info = vblk_fixed_info(d);
+        if (qdict_get_int(info, "registered-bytes") == registered) {
+            break;
+        }
+        qobject_unref(info);
+        info = NULL;
+        g_usleep(10 * 1000);
+    }
+    g_assert_nonnull(info);
+    ring = vblk_fixed_ring(info, "io0");
+    g_assert_true(qdict_get_bool(ring, "synced"));
+    g_assert_cmpuint(qdict_get_int(ring, "bytes"), ==, registered);
+    g_assert_cmpuint(vm_pinned(qtest_pid(d->qts)), ==, registered);
+    qobject_unref(info);
+
+    /* And the rest of RAM still works, fixed */
+    run_shapes(d, 0, d->data_start, 8 * MiB, 3, &writes, &reads);
+    info = vblk_fixed_info(d);
+    assert_ring(info, "io0", reads + 2, writes + 2);
+    qobject_unref(info);
+    vblk_stop(d);
+}
+
 /*
  * Without CAP_IPC_LOCK and with a small RLIMIT_MEMLOCK the kernel refuses
  * to pin guest RAM: one warning, the normal path, correct data.
@@ -523,6 +650,10 @@ int main(int argc, char **argv)
                         test_iothreads);
     qtest_add_data_func("/vblk-fixed/iothreads/per-ring", GINT_TO_POINTER(0),
                         test_iothreads);
+    qtest_add_data_func("/vblk-fixed/hotplug/clone", GINT_TO_POINTER(1),
+                        test_hotplug);
+    qtest_add_data_func("/vblk-fixed/hotplug/per-ring", GINT_TO_POINTER(0),
+                        test_hotplug);
     qtest_add_func("/vblk-fixed/memlock", test_memlock);
     return g_test_run();
 }
