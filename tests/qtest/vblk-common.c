@@ -18,8 +18,13 @@
 
 char *vblk_make_image(uint64_t size)
 {
-    char *path = NULL;
-    int fd = g_file_open_tmp("vblk-test-XXXXXX.img", &path, NULL);
+    return vblk_make_image_in(g_get_tmp_dir(), size);
+}
+
+char *vblk_make_image_in(const char *dir, uint64_t size)
+{
+    char *path = g_build_filename(dir, "vblk-test-XXXXXX.img", NULL);
+    int fd = g_mkstemp(path);
 
     g_assert(fd >= 0);
     g_assert_cmpint(ftruncate(fd, size), ==, 0);
@@ -73,12 +78,13 @@ VblkDev *vblk_start(uint64_t ram_size, char *image, unsigned nvqs,
     return d;
 }
 
-void vblk_stop(VblkDev *d)
+void vblk_quit(VblkDev *d)
 {
-    g_autofree uint8_t *image = NULL;
-    gsize len;
-    uint64_t i;
+    unsigned i;
 
+    if (!d->qts) {
+        return;
+    }
     for (i = 0; i < d->nvqs; i++) {
         qvirtqueue_cleanup(d->vdev->bus, d->vqs[i], &d->alloc);
     }
@@ -86,7 +92,17 @@ void vblk_stop(VblkDev *d)
     g_free(d->pdev);
     qpci_free_pc(d->bus);
     qtest_quit(d->qts);
+    d->qts = NULL;
     alloc_destroy(&d->alloc);
+}
+
+void vblk_stop(VblkDev *d)
+{
+    g_autofree uint8_t *image = NULL;
+    gsize len;
+    uint64_t i;
+
+    vblk_quit(d);
 
     /* Every byte the guest wrote must be in the image file */
     g_assert(g_file_get_contents(d->image, (char **)&image, &len, NULL));

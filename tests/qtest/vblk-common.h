@@ -45,11 +45,14 @@ typedef struct VblkDev {
  */
 VblkDev *vblk_start(uint64_t ram_size, char *image, unsigned nvqs,
                     const char *args_fmt, ...) G_GNUC_PRINTF(4, 5);
+/* Quit QEMU (once) */
+void vblk_quit(VblkDev *d);
 /* Quit QEMU, check the image file against the shadow, delete it */
 void vblk_stop(VblkDev *d);
 
-/* A fresh raw image of @size bytes filled with zeroes */
+/* A fresh raw image of @size bytes filled with zeroes, in $TMPDIR or @dir */
 char *vblk_make_image(uint64_t size);
+char *vblk_make_image_in(const char *dir, uint64_t size);
 
 /* Submit one request on queue @q and wait for it; returns its status */
 uint8_t vblk_rw(VblkDev *d, unsigned q, bool write, uint64_t offset,

@@ -163,7 +163,7 @@ static void run_shapes(VblkDev *d, unsigned q, uint64_t gpa,
         vblk_split(segs, gpa, size, n);
         vblk_write_pattern(d, q, offset, segs, n, gen + i);
         /* Read it back split differently, elsewhere in RAM */
-        n = n > 1 ? 1 : MIN(size / 4096, 64);
+        n = n > 1 ? 1 : MAX(1, MIN(size / 4096, 64));
         vblk_split(segs, gpa + 8 * MiB, size, n);
         vblk_read_verify(d, q, offset, segs, n);
         offset += size;
@@ -232,6 +232,83 @@ static void test_hugetlb(void)
 static void test_small_pages(void)
 {
     test_shapes(256 * MiB, "memory-backend-memfd", 4096);
+}
+
+/* Attach @image to a loop device with 512-byte sectors, or NULL */
+static char *loop_attach(const char *image)
+{
+    g_autofree char *cmd = g_strdup_printf("losetup --find --show "
+                                           "--sector-size 512 %s", image);
+    char *out = NULL;
+    int status;
+
+    if (!g_spawn_command_line_sync(cmd, &out, NULL, &status, NULL) ||
+        !g_spawn_check_exit_status(status, NULL)) {
+        g_free(out);
+        return NULL;
+    }
+    return g_strstrip(out);
+}
+
+static void loop_detach(const char *dev)
+{
+    g_autofree char *cmd = g_strdup_printf("losetup --detach %s", dev);
+
+    g_assert_true(g_spawn_command_line_sync(cmd, NULL, NULL, NULL, NULL));
+}
+
+/*
+ * 512-byte requests and 512-byte segments at odd 512-byte offsets.  A
+ * file image makes file-posix align requests to 4 KiB through bounce
+ * buffers; a block device with 512-byte sectors takes them as they are,
+ * so each one must go fixed.
+ */
+static void test_small_requests(void)
+{
+    static const struct {
+        uint32_t size;
+        int segs;
+    } shapes[] = {
+        { 512, 1 }, { 1024, 2 }, { 1536, 3 }, { 4096, 8 }, { 65536, 128 },
+    };
+    char *image;
+    g_autofree char *loop = NULL;
+    VblkDev *d;
+    QDict *info;
+    VblkSeg segs[128];
+    uint64_t offset = 0;
+    int i, n;
+
+    image = vblk_make_image(DISK_SIZE);
+    loop = loop_attach(image);
+    if (!loop) {
+        g_test_skip("cannot attach a loop device (not root?)");
+        unlink(image);
+        g_free(image);
+        return;
+    }
+    d = vblk_start(256 * MiB, image, 1,
+                   "-machine pc -m 256M -object iothread,id=io0 "
+                   "-blockdev host_device,node-name=disk0,filename=%s,"
+                   "aio=io_uring,cache.direct=on,aio-fixed-buffers=on "
+                   "-device virtio-blk-pci,id=vblk0,addr=04.0,drive=disk0,"
+                   "iothread=io0", loop);
+    for (i = 0; i < ARRAY_SIZE(shapes); i++) {
+        /* Odd 512-byte offsets, in RAM and on the disk */
+        n = vblk_split(segs, d->data_start + 512 * (2 * i + 1),
+                       shapes[i].size, shapes[i].segs);
+        vblk_write_pattern(d, 0, offset + 512, segs, n, 20 + i);
+        n = vblk_split(segs, d->data_start + 8 * MiB + 512, shapes[i].size,
+                       shapes[i].segs > 1 ? 1 : shapes[i].size / 512);
+        vblk_read_verify(d, 0, offset + 512, segs, n);
+        offset += MiB;
+    }
+    info = vblk_fixed_info(d);
+    assert_ring(info, "io0", ARRAY_SIZE(shapes), ARRAY_SIZE(shapes));
+    qobject_unref(info);
+    vblk_quit(d);
+    loop_detach(loop);
+    vblk_stop(d);
 }
 
 /* With the option off nothing is registered and nothing changes */
@@ -643,6 +720,7 @@ int main(int argc, char **argv)
 
     qtest_add_func("/vblk-fixed/hugetlb", test_hugetlb);
     qtest_add_func("/vblk-fixed/small-pages", test_small_pages);
+    qtest_add_func("/vblk-fixed/small-requests", test_small_requests);
     qtest_add_func("/vblk-fixed/off", test_off);
     qtest_add_func("/vblk-fixed/chunk-boundary", test_chunk_boundary);
     qtest_add_func("/vblk-fixed/ramblock-boundary", test_ramblock_boundary);
