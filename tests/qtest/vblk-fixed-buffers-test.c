@@ -109,6 +109,16 @@ static uint64_t data_area(VblkDev *d, const Boundaries *b, uint64_t len)
     return gpa;
 }
 
+/* Room for run_shapes() in guest RAM that no chunk boundary cuts */
+static uint64_t shapes_area(VblkDev *d)
+{
+    QDict *info = vblk_fixed_info(d);
+    Boundaries b = ram_chunks(info, d->ram_size);
+
+    qobject_unref(info);
+    return data_area(d, &b, 16 * MiB);
+}
+
 /* Check the chunk table: page size and the bvecs the kernel needs */
 static void check_ram_chunks(QDict *info, uint64_t ram_size,
                              uint64_t page_size)
@@ -591,7 +601,7 @@ static void test_hotplug(gconstpointer opaque)
                    "-device virtio-blk-pci,id=vblk0,addr=04.0,drive=disk0,"
                    "iothread=io0", drive);
     g_unsetenv("QEMU_IO_URING_FIXED_NO_CLONE");
-    seg = (VblkSeg) { d->data_start, MiB };
+    seg = (VblkSeg) { shapes_area(d), MiB };
     vblk_write_pattern(d, 0, 0, &seg, 1, 1);
     vblk_read_verify(d, 0, 0, &seg, 1);
     info = vblk_fixed_info(d);
@@ -649,7 +659,7 @@ static void test_hotplug(gconstpointer opaque)
     qobject_unref(info);
 
     /* And the rest of RAM still works, fixed */
-    run_shapes(d, 0, d->data_start, 8 * MiB, 3, &writes, &reads);
+    run_shapes(d, 0, shapes_area(d), 8 * MiB, 3, &writes, &reads);
     info = vblk_fixed_info(d);
     assert_ring(info, "io0", reads + 2, writes + 2);
     qobject_unref(info);
@@ -696,7 +706,7 @@ static void test_memlock(void)
                    "-device virtio-blk-pci,id=vblk0,addr=04.0,drive=disk0,"
                    "iothread=io0 2>%s", drive, log);
     g_setenv("QTEST_QEMU_BINARY", qemu, true);
-    run_shapes(d, 0, d->data_start, 0, 1, &writes, &reads);
+    run_shapes(d, 0, shapes_area(d), 0, 1, &writes, &reads);
     info = vblk_fixed_info(d);
     ring = vblk_fixed_ring(info, "io0");
     g_assert_nonnull(ring);
