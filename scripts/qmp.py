@@ -2,6 +2,7 @@
 """A minimal QMP client for the vblk-uring scripts (standard library only)."""
 
 import json
+import select
 import socket
 import sys
 import time
@@ -20,13 +21,27 @@ class QMP:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
-        self.sock.settimeout(timeout)
-        self.reader = self.sock.makefile("r")
+        self.timeout = timeout
+        self.buf = b""
         self.events = []
-        greeting = json.loads(self.reader.readline())
-        if "QMP" not in greeting:
+        greeting = self._read(timeout)
+        if not greeting or "QMP" not in greeting:
             raise RuntimeError(f"not a QMP greeting: {greeting}")
         self.cmd("qmp_capabilities")
+
+    def _read(self, timeout):
+        """The next message, or None when @timeout passes first."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+                return None
+            data = self.sock.recv(65536)
+            if not data:
+                raise EOFError("QEMU closed QMP")
+            self.buf += data
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
 
     def cmd(self, name, **args):
         msg = {"execute": name}
@@ -34,16 +49,28 @@ class QMP:
             msg["arguments"] = args
         self.sock.sendall(json.dumps(msg).encode() + b"\n")
         while True:
-            line = self.reader.readline()
-            if not line:
-                raise RuntimeError(f"QEMU closed QMP during {name}")
-            reply = json.loads(line)
+            reply = self._read(self.timeout)
+            if reply is None:
+                raise TimeoutError(f"no reply to {name}")
             if "event" in reply:
                 self.events.append(reply)
                 continue
             if "error" in reply:
                 raise RuntimeError(f"{name}: {reply['error']['desc']}")
             return reply["return"]
+
+    def wait_event(self, name, timeout):
+        """The first event called @name (seen before or now), or None."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for ev in self.events:
+                if ev["event"] == name:
+                    return ev
+            msg = self._read(min(1.0, max(0.0, deadline - time.monotonic())))
+            if msg is not None and "event" in msg:
+                self.events.append(msg)
+            elif time.monotonic() >= deadline:
+                return None
 
     def hmp(self, command_line):
         return self.cmd("human-monitor-command", **{"command-line": command_line})
