@@ -16,6 +16,35 @@
 
 #define HUGEPAGES_DIR "/sys/kernel/mm/hugepages/hugepages-2048kB/"
 
+/*
+ * The qtest protocol carries a buffer as one line of base64, which QEMU
+ * handles in time that grows faster than its length: move big buffers in
+ * pieces.
+ */
+#define QTEST_PIECE (256 * 1024)
+
+static void bufwrite(QTestState *qts, uint64_t gpa, const uint8_t *buf,
+                     size_t len)
+{
+    size_t done;
+
+    for (done = 0; done < len; done += QTEST_PIECE) {
+        qtest_bufwrite(qts, gpa + done, buf + done,
+                       MIN(QTEST_PIECE, len - done));
+    }
+}
+
+static void bufread(QTestState *qts, uint64_t gpa, uint8_t *buf, size_t len)
+{
+    size_t done;
+
+    for (done = 0; done < len; done += QTEST_PIECE) {
+        qtest_bufread(qts, gpa + done, buf + done,
+                      MIN(QTEST_PIECE, len - done));
+    }
+}
+
+
 char *vblk_make_image(uint64_t size)
 {
     return vblk_make_image_in(g_get_tmp_dir(), size);
@@ -32,68 +61,183 @@ char *vblk_make_image_in(const char *dir, uint64_t size)
     return path;
 }
 
+struct VblkQueue {
+    uint16_t *free;             /* stack of free descriptors */
+    unsigned nfree;
+    uint16_t avail_idx;         /* next avail ring slot to fill */
+    uint16_t last_used;         /* used ring entries consumed */
+    uint16_t *pending;          /* heads not yet made available */
+    unsigned npending;
+    int *owner;                 /* head -> index in the running batch */
+    struct vring_desc *desc;    /* what the descriptor table should hold */
+    unsigned dirty_lo, dirty_hi;    /* entries to write out, [lo, hi) */
+    int last_done;              /* batch index completed last */
+    uint16_t **chain;           /* head -> its descriptors (direct) */
+    unsigned *chain_len;
+};
+
+static void queues_init(VblkDev *d)
+{
+    unsigned q, i;
+
+    d->queues = g_new0(VblkQueue, d->nvqs);
+    for (q = 0; q < d->nvqs; q++) {
+        VblkQueue *vq = &d->queues[q];
+        unsigned size = d->vqs[q]->size;
+
+        vq->free = g_new(uint16_t, size);
+        for (i = 0; i < size; i++) {
+            vq->free[i] = size - 1 - i;
+        }
+        vq->nfree = size;
+        vq->pending = g_new(uint16_t, size);
+        vq->owner = g_new(int, size);
+        vq->chain = g_new0(uint16_t *, size);
+        vq->chain_len = g_new0(unsigned, size);
+        vq->desc = g_new0(struct vring_desc, size);
+        vq->dirty_lo = size;
+    }
+}
+
+static void queues_free(VblkDev *d)
+{
+    unsigned q, i;
+
+    for (q = 0; q < d->nvqs; q++) {
+        VblkQueue *vq = &d->queues[q];
+
+        for (i = 0; i < d->vqs[q]->size; i++) {
+            g_free(vq->chain[i]);
+        }
+        g_free(vq->chain);
+        g_free(vq->chain_len);
+        g_free(vq->desc);
+        g_free(vq->owner);
+        g_free(vq->pending);
+        g_free(vq->free);
+    }
+    g_free(d->queues);
+}
+
+/* Bring the device up: features, @d->nvqs queues, DRIVER_OK */
+static void device_init(VblkDev *d)
+{
+    uint64_t features;
+    unsigned i;
+
+    qvirtio_start_device(d->vdev);
+    features = qvirtio_get_features(d->vdev);
+    features &= ~(QVIRTIO_F_BAD_FEATURE | (1ull << VIRTIO_RING_F_EVENT_IDX));
+    qvirtio_set_features(d->vdev, features);
+
+    d->vqs = g_new0(QVirtQueue *, d->nvqs);
+    for (i = 0; i < d->nvqs; i++) {
+        d->vqs[i] = qvirtqueue_setup(d->vdev, &d->alloc, i);
+    }
+    queues_init(d);
+    qvirtio_set_driver_ok(d->vdev);
+}
+
+static void device_fini(VblkDev *d)
+{
+    unsigned i;
+
+    for (i = 0; i < d->nvqs; i++) {
+        qvirtqueue_cleanup(d->vdev->bus, d->vqs[i], &d->alloc);
+    }
+    queues_free(d);
+    g_free(d->vqs);
+    d->vqs = NULL;
+}
+
+void vblk_reset(VblkDev *d)
+{
+    device_fini(d);
+    qvirtio_reset(d->vdev);
+    device_init(d);
+}
+
+uint8_t vblk_device_status(VblkDev *d)
+{
+    return d->vdev->bus->get_status(d->vdev);
+}
+
 VblkDev *vblk_start(uint64_t ram_size, char *image, unsigned nvqs,
                     const char *args_fmt, ...)
 {
     VblkDev *d = g_new0(VblkDev, 1);
     QPCIAddress addr = { .devfn = QPCI_DEVFN(4, 0) };
     g_autofree char *args = NULL;
-    uint64_t features;
     va_list ap;
-    unsigned i;
 
     va_start(ap, args_fmt);
     args = g_strdup_vprintf(args_fmt, ap);
     va_end(ap);
 
     d->ram_size = ram_size;
-    d->data_start = ram_size / 2;
     d->image = image;
     d->qts = qtest_init(args);
 
-    /* Rings and headers live in [1 MiB, ram/2); data above is ours */
-    alloc_init(&d->alloc, 0, 1 << 20, d->data_start, 4096);
+    /*
+     * Rings and headers live low in guest RAM, data above is the test's:
+     * [1 MiB, ram/2) and [ram/2, ram), or for a tiny guest [64 KiB, 640 KiB)
+     * and [1 MiB, ram).
+     */
+    if (ram_size > 16 * 1024 * 1024) {
+        d->data_start = ram_size / 2;
+        alloc_init(&d->alloc, 0, 1 << 20, d->data_start, 4096);
+    } else {
+        d->data_start = 1 << 20;
+        alloc_init(&d->alloc, 0, 64 << 10, 640 << 10, 4096);
+    }
     d->bus = qpci_new_pc(d->qts, &d->alloc);
     d->pdev = virtio_pci_new(d->bus, &addr);
     g_assert(d->pdev);
     d->vdev = &d->pdev->vdev;
     qvirtio_pci_device_enable(d->pdev);
-    qvirtio_start_device(d->vdev);
-
-    features = qvirtio_get_features(d->vdev);
-    features &= ~(QVIRTIO_F_BAD_FEATURE |
-                  (1ull << VIRTIO_RING_F_INDIRECT_DESC) |
-                  (1ull << VIRTIO_RING_F_EVENT_IDX));
-    qvirtio_set_features(d->vdev, features);
+    d->nvqs = nvqs;
+    device_init(d);
 
     d->capacity = qvirtio_config_readq(d->vdev, 0) * VBLK_SECTOR;
+    d->seg_max = qvirtio_config_readl(d->vdev, 12);
     d->shadow = g_malloc0(d->capacity);
-
-    d->nvqs = nvqs;
-    d->vqs = g_new0(QVirtQueue *, nvqs);
-    for (i = 0; i < nvqs; i++) {
-        d->vqs[i] = qvirtqueue_setup(d->vdev, &d->alloc, i);
-    }
-    qvirtio_set_driver_ok(d->vdev);
     return d;
 }
 
 void vblk_quit(VblkDev *d)
 {
-    unsigned i;
-
     if (!d->qts) {
         return;
     }
-    for (i = 0; i < d->nvqs; i++) {
-        qvirtqueue_cleanup(d->vdev->bus, d->vqs[i], &d->alloc);
-    }
+    device_fini(d);
     qvirtio_pci_device_disable(d->pdev);
     g_free(d->pdev);
     qpci_free_pc(d->bus);
     qtest_quit(d->qts);
     d->qts = NULL;
     alloc_destroy(&d->alloc);
+}
+
+char *vblk_loop_attach(const char *image)
+{
+    g_autofree char *cmd = g_strdup_printf("losetup --find --show "
+                                           "--sector-size 512 %s", image);
+    char *out = NULL;
+    int status;
+
+    if (!g_spawn_command_line_sync(cmd, &out, NULL, &status, NULL) ||
+        !g_spawn_check_exit_status(status, NULL)) {
+        g_free(out);
+        return NULL;
+    }
+    return g_strstrip(out);
+}
+
+static void loop_detach(const char *dev)
+{
+    g_autofree char *cmd = g_strdup_printf("losetup --detach %s", dev);
+
+    g_assert_true(g_spawn_command_line_sync(cmd, NULL, NULL, NULL, NULL));
 }
 
 void vblk_stop(VblkDev *d)
@@ -103,6 +247,10 @@ void vblk_stop(VblkDev *d)
     uint64_t i;
 
     vblk_quit(d);
+    if (d->loop) {
+        loop_detach(d->loop);
+        g_free(d->loop);
+    }
 
     /* Every byte the guest wrote must be in the image file */
     g_assert(g_file_get_contents(d->image, (char **)&image, &len, NULL));
@@ -115,52 +263,308 @@ void vblk_stop(VblkDev *d)
     }
     unlink(d->image);
     g_free(d->image);
-    g_free(d->vqs);
     g_free(d->shadow);
     g_free(d);
 }
 
-/*
- * Requests go one at a time, so every descriptor is free again when one
- * completes: start the next chain at the head of the table.
- */
-static void vq_recycle(QVirtQueue *vq)
+/* Descriptors are written out in bulk before the next kick */
+static void write_desc(VblkQueue *q, uint16_t i, uint64_t addr,
+                       uint32_t len, uint16_t flags, uint16_t next)
 {
-    vq->free_head = 0;
-    vq->num_free = vq->size;
+    q->desc[i] = (struct vring_desc) {
+        .addr = cpu_to_le64(addr),
+        .len = cpu_to_le32(len),
+        .flags = cpu_to_le16(flags),
+        .next = cpu_to_le16(next),
+    };
+    q->dirty_lo = MIN(q->dirty_lo, i);
+    q->dirty_hi = MAX(q->dirty_hi, i + 1u);
+}
+
+static void flush_descs(VblkDev *d, QVirtQueue *vq, VblkQueue *q)
+{
+    if (q->dirty_lo < q->dirty_hi) {
+        qtest_memwrite(d->qts, vq->desc + q->dirty_lo * sizeof(q->desc[0]),
+                       &q->desc[q->dirty_lo],
+                       (q->dirty_hi - q->dirty_lo) * sizeof(q->desc[0]));
+    }
+    q->dirty_lo = vq->size;
+    q->dirty_hi = 0;
+}
+
+/* Guest addresses of request @i's header and status byte in the slab */
+#define SLOT_SIZE 32
+#define SLOT_HDR(slab, i) ((slab) + (uint64_t)(i) * SLOT_SIZE)
+#define SLOT_STATUS(slab, i) (SLOT_HDR(slab, i) + 16)
+
+static bool submit(VblkDev *d, VblkIo *io, int idx, uint64_t slab,
+                   uint64_t table)
+{
+    QVirtQueue *vq = d->vqs[io->q];
+    VblkQueue *q = &d->queues[io->q];
+    bool out = io->type != VIRTIO_BLK_T_IN && io->type != VIRTIO_BLK_T_GET_ID;
+    unsigned need = io->indirect ? 1 : io->nsegs + 2;
+    uint16_t *descs;
+    unsigned i;
+
+    g_assert_cmpuint(need, <=, vq->size);
+    if (q->nfree < need) {
+        return false;
+    }
+    descs = g_new(uint16_t, need);
+    for (i = 0; i < need; i++) {
+        descs[i] = q->free[--q->nfree];
+    }
+    if (io->indirect) {
+        write_desc(q, descs[0], table, (io->nsegs + 2) * 16,
+                   VRING_DESC_F_INDIRECT, 0);
+    } else {
+        write_desc(q, descs[0], SLOT_HDR(slab, idx), 16,
+                   VRING_DESC_F_NEXT, descs[1]);
+        for (i = 0; i < io->nsegs; i++) {
+            write_desc(q, descs[i + 1], io->segs[i].gpa, io->segs[i].len,
+                       VRING_DESC_F_NEXT | (out ? 0 : VRING_DESC_F_WRITE),
+                       descs[i + 2]);
+        }
+        write_desc(q, descs[need - 1], SLOT_STATUS(slab, idx), 1,
+                   VRING_DESC_F_WRITE, 0);
+    }
+    g_free(q->chain[descs[0]]);
+    q->chain[descs[0]] = descs;
+    q->chain_len[descs[0]] = need;
+    q->owner[descs[0]] = idx;
+    q->pending[q->npending++] = descs[0];
+    return true;
+}
+
+/* Make the pending heads available in one go and notify the device */
+static void kick(VblkDev *d, unsigned qi)
+{
+    QVirtQueue *vq = d->vqs[qi];
+    VblkQueue *q = &d->queues[qi];
+    unsigned i;
+
+    if (!q->npending) {
+        return;
+    }
+    flush_descs(d, vq, q);
+    for (i = 0; i < q->npending; ) {
+        unsigned slot = (q->avail_idx + i) % vq->size;
+        unsigned run = MIN(q->npending - i, vq->size - slot);
+        g_autofree uint16_t *le = g_new(uint16_t, run);
+        unsigned j;
+
+        for (j = 0; j < run; j++) {
+            le[j] = cpu_to_le16(q->pending[i + j]);
+        }
+        qtest_memwrite(d->qts, vq->avail + 4 + 2 * slot, le, 2 * run);
+        i += run;
+    }
+    q->avail_idx += q->npending;
+    q->npending = 0;
+    qtest_writew(d->qts, vq->avail + 2, q->avail_idx);
+    d->vdev->bus->virtqueue_kick(d->vdev, vq);
+}
+
+/* Take completed requests off the used ring; returns how many */
+static int reap(VblkDev *d, unsigned qi, VblkIo *ios, bool *done,
+                int *out_of_order)
+{
+    QVirtQueue *vq = d->vqs[qi];
+    VblkQueue *q = &d->queues[qi];
+    uint16_t used = qtest_readw(d->qts, vq->used + 2);
+    uint16_t n = used - q->last_used;
+    g_autofree struct vring_used_elem *elems = NULL;
+    unsigned i, got = 0;
+
+    if (!n) {
+        return 0;
+    }
+    g_assert_cmpuint(n, <=, vq->size);
+    elems = g_new(struct vring_used_elem, n);
+    while (got < n) {
+        unsigned slot = (q->last_used + got) % vq->size;
+        unsigned run = MIN(n - got, vq->size - slot);
+
+        qtest_memread(d->qts, vq->used + 4 + slot * sizeof(elems[0]),
+                      &elems[got], run * sizeof(elems[0]));
+        got += run;
+    }
+    for (i = 0; i < n; i++) {
+        uint16_t head = le32_to_cpu(elems[i].id);
+        int idx;
+
+        g_assert_cmpuint(head, <, vq->size);
+        g_assert_nonnull(q->chain[head]);   /* a head we made available */
+        idx = q->owner[head];
+        g_assert_false(done[idx]);
+        done[idx] = true;
+        if (idx < q->last_done) {
+            (*out_of_order)++;
+        }
+        q->last_done = idx;
+        ios[idx].used_len = le32_to_cpu(elems[i].len);
+        while (q->chain_len[head]) {
+            q->free[q->nfree++] = q->chain[head][--q->chain_len[head]];
+        }
+        g_free(q->chain[head]);
+        q->chain[head] = NULL;
+    }
+    q->last_used = used;
+    return n;
+}
+
+static uint64_t write_tables(VblkDev *d, VblkIo *ios, int n, uint64_t slab)
+{
+    size_t entries = 0, pos = 0;
+    g_autofree struct vring_desc *t = NULL;
+    uint64_t table;
+    int i, j;
+
+    for (i = 0; i < n; i++) {
+        entries += ios[i].indirect ? ios[i].nsegs + 2 : 0;
+    }
+    if (!entries) {
+        return 0;
+    }
+    table = guest_alloc(&d->alloc, entries * sizeof(*t));
+    t = g_new0(struct vring_desc, entries);
+    for (i = 0; i < n; i++) {
+        bool out = ios[i].type != VIRTIO_BLK_T_IN &&
+                   ios[i].type != VIRTIO_BLK_T_GET_ID;
+        size_t first = pos;
+
+        if (!ios[i].indirect) {
+            continue;
+        }
+        t[pos++] = (struct vring_desc) {
+            .addr = cpu_to_le64(SLOT_HDR(slab, i)), .len = cpu_to_le32(16),
+            .flags = cpu_to_le16(VRING_DESC_F_NEXT),
+            .next = cpu_to_le16(1),
+        };
+        for (j = 0; j < ios[i].nsegs; j++) {
+            t[pos] = (struct vring_desc) {
+                .addr = cpu_to_le64(ios[i].segs[j].gpa),
+                .len = cpu_to_le32(ios[i].segs[j].len),
+                .flags = cpu_to_le16(VRING_DESC_F_NEXT |
+                                     (out ? 0 : VRING_DESC_F_WRITE)),
+                .next = cpu_to_le16(pos - first + 1),
+            };
+            pos++;
+        }
+        t[pos++] = (struct vring_desc) {
+            .addr = cpu_to_le64(SLOT_STATUS(slab, i)), .len = cpu_to_le32(1),
+            .flags = cpu_to_le16(VRING_DESC_F_WRITE),
+        };
+    }
+    bufwrite(d->qts, table, (uint8_t *)t, entries * sizeof(*t));
+    return table;
+}
+
+/*
+ * The engine of vblk_run(); with @expect_reset, it returns -1 as soon as
+ * the device reports NEEDS_RESET, and fails if a request completes.
+ */
+static int run_batch(VblkDev *d, VblkIo *ios, int n, bool expect_reset)
+{
+    g_autofree uint8_t *slots = g_malloc0((size_t)n * SLOT_SIZE);
+    g_autofree bool *done = g_new0(bool, n);
+    g_autofree uint64_t *tables = g_new0(uint64_t, n);
+    uint64_t slab = guest_alloc(&d->alloc, (size_t)n * SLOT_SIZE);
+    uint64_t table = write_tables(d, ios, n, slab), pos = table;
+    gint64 deadline = g_get_monotonic_time() + VBLK_TIMEOUT_US;
+    int i, next = 0, finished = 0, out_of_order = 0;
+    gulong backoff = 0;
+    unsigned q;
+
+    for (i = 0; i < n; i++) {
+        struct virtio_blk_outhdr *hdr = (void *)&slots[i * SLOT_SIZE];
+
+        hdr->type = cpu_to_le32(ios[i].type);
+        hdr->sector = cpu_to_le64(ios[i].offset / VBLK_SECTOR);
+        slots[i * SLOT_SIZE + 16] = 0xff;
+        g_assert_cmpuint(ios[i].q, <, d->nvqs);
+        if (ios[i].indirect) {
+            tables[i] = pos;
+            pos += (ios[i].nsegs + 2) * sizeof(struct vring_desc);
+        }
+    }
+    bufwrite(d->qts, slab, slots, (size_t)n * SLOT_SIZE);
+    for (q = 0; q < d->nvqs; q++) {
+        d->queues[q].last_done = -1;
+    }
+
+    while (finished < n) {
+        int reaped = 0;
+
+        /* Fill every queue as far as it goes, in order */
+        while (next < n && submit(d, &ios[next], next, slab, tables[next])) {
+            next++;
+        }
+        for (q = 0; q < d->nvqs; q++) {
+            kick(d, q);
+        }
+        for (q = 0; q < d->nvqs; q++) {
+            reaped += reap(d, q, ios, done, &out_of_order);
+        }
+        finished += reaped;
+        if (expect_reset) {
+            g_assert_cmpint(reaped, ==, 0);
+            if (vblk_device_status(d) & VIRTIO_CONFIG_S_NEEDS_RESET) {
+                guest_free(&d->alloc, slab);
+                if (table) {
+                    guest_free(&d->alloc, table);
+                }
+                return -1;
+            }
+        }
+        /* Poll gently: the device needs the CPU more than we do */
+        if (reaped) {
+            deadline = g_get_monotonic_time() + VBLK_TIMEOUT_US;
+            backoff = 0;
+        } else {
+            g_assert(g_get_monotonic_time() < deadline);
+            backoff = MIN(MAX(backoff * 2, 50), 2000);
+            g_usleep(backoff);
+        }
+    }
+
+    bufread(d->qts, slab, slots, (size_t)n * SLOT_SIZE);
+    for (i = 0; i < n; i++) {
+        ios[i].status = slots[i * SLOT_SIZE + 16];
+    }
+
+    guest_free(&d->alloc, slab);
+    if (table) {
+        guest_free(&d->alloc, table);
+    }
+    return out_of_order;
+}
+
+int vblk_run(VblkDev *d, VblkIo *ios, int n)
+{
+    return run_batch(d, ios, n, false);
+}
+
+void vblk_run_expect_reset(VblkDev *d, VblkIo *io)
+{
+    g_assert_cmpint(run_batch(d, io, 1, true), ==, -1);
+    vblk_reset(d);
 }
 
 uint8_t vblk_rw(VblkDev *d, unsigned q, bool write, uint64_t offset,
                 const VblkSeg *segs, int nsegs)
 {
-    QTestState *qts = d->qts;
-    QVirtQueue *vq = d->vqs[q];
-    struct virtio_blk_outhdr hdr = {
-        .type = cpu_to_le32(write ? VIRTIO_BLK_T_OUT : VIRTIO_BLK_T_IN),
-        .sector = cpu_to_le64(offset / VBLK_SECTOR),
+    VblkIo io = {
+        .q = q,
+        .type = write ? VIRTIO_BLK_T_OUT : VIRTIO_BLK_T_IN,
+        .offset = offset,
+        .segs = segs,
+        .nsegs = nsegs,
     };
-    uint64_t hdr_gpa = guest_alloc(&d->alloc, sizeof(hdr) + 1);
-    uint64_t status_gpa = hdr_gpa + sizeof(hdr);
-    uint32_t head, len;
-    uint8_t status;
-    int i;
 
-    g_assert_cmpint(nsegs + 2, <=, vq->size);
-    vq_recycle(vq);
-    qtest_memwrite(qts, hdr_gpa, &hdr, sizeof(hdr));
-    qtest_writeb(qts, status_gpa, 0xff);
-
-    head = qvirtqueue_add(qts, vq, hdr_gpa, sizeof(hdr), false, true);
-    for (i = 0; i < nsegs; i++) {
-        qvirtqueue_add(qts, vq, segs[i].gpa, segs[i].len, !write, true);
-    }
-    qvirtqueue_add(qts, vq, status_gpa, 1, true, false);
-    qvirtqueue_kick(qts, d->vdev, vq, head);
-    qvirtio_wait_used_elem(qts, d->vdev, vq, head, &len, VBLK_TIMEOUT_US);
-
-    status = qtest_readb(qts, status_gpa);
-    guest_free(&d->alloc, hdr_gpa);
-    return status;
+    vblk_run(d, &io, 1);
+    return io.status;
 }
 
 void vblk_pattern(uint8_t *buf, size_t len, uint64_t pos, unsigned gen)
@@ -175,52 +579,79 @@ void vblk_pattern(uint8_t *buf, size_t len, uint64_t pos, unsigned gen)
     }
 }
 
+void vblk_fill(VblkDev *d, const VblkIo *io, unsigned gen)
+{
+    uint64_t pos = io->offset;
+    int i;
+
+    for (i = 0; i < io->nsegs; i++) {
+        g_autofree uint8_t *buf = g_malloc(io->segs[i].len);
+
+        vblk_pattern(buf, io->segs[i].len, pos, gen);
+        bufwrite(d->qts, io->segs[i].gpa, buf, io->segs[i].len);
+        g_assert_cmpuint(pos + io->segs[i].len, <=, d->capacity);
+        memcpy(d->shadow + pos, buf, io->segs[i].len);
+        pos += io->segs[i].len;
+    }
+}
+
+void vblk_poison(VblkDev *d, const VblkIo *io)
+{
+    int i;
+
+    for (i = 0; i < io->nsegs; i++) {
+        qtest_memset(d->qts, io->segs[i].gpa, 0xa5, io->segs[i].len);
+    }
+}
+
+void vblk_check(VblkDev *d, const VblkIo *io)
+{
+    uint64_t pos = io->offset;
+    int i;
+
+    for (i = 0; i < io->nsegs; i++) {
+        g_autofree uint8_t *buf = g_malloc(io->segs[i].len);
+        uint32_t j;
+
+        bufread(d->qts, io->segs[i].gpa, buf, io->segs[i].len);
+        for (j = 0; j < io->segs[i].len; j++) {
+            if (buf[j] != d->shadow[pos + j]) {
+                g_error("read at disk offset %" PRIu64 " (segment %d of %d, "
+                        "gpa 0x%" PRIx64 ", queue %u): 0x%02x, expected "
+                        "0x%02x", pos + j, i, io->nsegs,
+                        io->segs[i].gpa + j, io->q, buf[j],
+                        d->shadow[pos + j]);
+            }
+        }
+        pos += io->segs[i].len;
+    }
+}
+
 void vblk_write_pattern(VblkDev *d, unsigned q, uint64_t offset,
                         const VblkSeg *segs, int nsegs, unsigned gen)
 {
-    uint64_t pos = offset;
-    int i;
+    VblkIo io = {
+        .q = q, .type = VIRTIO_BLK_T_OUT, .offset = offset,
+        .segs = segs, .nsegs = nsegs,
+    };
 
-    for (i = 0; i < nsegs; i++) {
-        g_autofree uint8_t *buf = g_malloc(segs[i].len);
-
-        vblk_pattern(buf, segs[i].len, pos, gen);
-        qtest_bufwrite(d->qts, segs[i].gpa, buf, segs[i].len);
-        g_assert_cmpuint(pos + segs[i].len, <=, d->capacity);
-        memcpy(d->shadow + pos, buf, segs[i].len);
-        pos += segs[i].len;
-    }
-    g_assert_cmpint(vblk_rw(d, q, true, offset, segs, nsegs), ==,
-                    VIRTIO_BLK_S_OK);
+    vblk_fill(d, &io, gen);
+    vblk_run(d, &io, 1);
+    g_assert_cmpint(io.status, ==, VIRTIO_BLK_S_OK);
 }
 
 void vblk_read_verify(VblkDev *d, unsigned q, uint64_t offset,
                       const VblkSeg *segs, int nsegs)
 {
-    uint64_t pos = offset;
-    int i;
+    VblkIo io = {
+        .q = q, .type = VIRTIO_BLK_T_IN, .offset = offset,
+        .segs = segs, .nsegs = nsegs,
+    };
 
-    /* Poison the buffers so a short transfer cannot pass */
-    for (i = 0; i < nsegs; i++) {
-        qtest_memset(d->qts, segs[i].gpa, 0xa5, segs[i].len);
-    }
-    g_assert_cmpint(vblk_rw(d, q, false, offset, segs, nsegs), ==,
-                    VIRTIO_BLK_S_OK);
-    for (i = 0; i < nsegs; i++) {
-        g_autofree uint8_t *buf = g_malloc(segs[i].len);
-        uint32_t j;
-
-        qtest_bufread(d->qts, segs[i].gpa, buf, segs[i].len);
-        for (j = 0; j < segs[i].len; j++) {
-            if (buf[j] != d->shadow[pos + j]) {
-                g_error("read at disk offset %" PRIu64 " (segment %d of %d, "
-                        "gpa 0x%" PRIx64 "): 0x%02x, expected 0x%02x",
-                        pos + j, i, nsegs, segs[i].gpa + j, buf[j],
-                        d->shadow[pos + j]);
-            }
-        }
-        pos += segs[i].len;
-    }
+    vblk_poison(d, &io);
+    vblk_run(d, &io, 1);
+    g_assert_cmpint(io.status, ==, VIRTIO_BLK_S_OK);
+    vblk_check(d, &io);
 }
 
 int vblk_split(VblkSeg *segs, uint64_t gpa, uint64_t total, int n)
@@ -293,6 +724,25 @@ static void restore_hugepages(void)
         }
         close(fd);
     }
+}
+
+bool vblk_have_map_count(long want)
+{
+    g_autofree char *text = g_strdup_printf("%ld", want);
+    long now = read_long("/proc/sys/vm/max_map_count");
+    ssize_t written;
+    int fd;
+
+    if (now >= want) {
+        return true;
+    }
+    fd = open("/proc/sys/vm/max_map_count", O_WRONLY);
+    if (fd < 0) {
+        return false;
+    }
+    written = write(fd, text, strlen(text));
+    close(fd);
+    return written > 0;
 }
 
 bool vblk_have_hugepages(uint64_t bytes)

@@ -22,6 +22,20 @@ typedef struct VblkSeg {
     uint32_t len;
 } VblkSeg;
 
+/* One request for vblk_run(), and what became of it */
+typedef struct VblkIo {
+    unsigned q;                 /* virtqueue */
+    uint32_t type;              /* VIRTIO_BLK_T_IN, _OUT, ... */
+    uint64_t offset;            /* bytes, a multiple of 512 */
+    const VblkSeg *segs;
+    int nsegs;
+    bool indirect;              /* one descriptor, pointing at a table */
+    uint8_t status;             /* VIRTIO_BLK_S_* (0xff: none written) */
+    uint32_t used_len;          /* as the device reported it */
+} VblkIo;
+
+typedef struct VblkQueue VblkQueue;
+
 typedef struct VblkDev {
     QTestState *qts;
     QGuestAllocator alloc;      /* low guest RAM: rings and headers */
@@ -30,10 +44,13 @@ typedef struct VblkDev {
     QVirtioDevice *vdev;
     unsigned nvqs;
     QVirtQueue **vqs;
+    VblkQueue *queues;          /* the driver's side of each virtqueue */
     uint64_t ram_size;
     uint64_t data_start;        /* guest RAM above here is the test's */
     uint64_t capacity;          /* bytes */
+    uint32_t seg_max;           /* from the device's config space */
     char *image;                /* the raw image file */
+    char *loop;                 /* a loop device over it, or NULL */
     uint8_t *shadow;            /* what the image must hold */
 } VblkDev;
 
@@ -45,6 +62,17 @@ typedef struct VblkDev {
  */
 VblkDev *vblk_start(uint64_t ram_size, char *image, unsigned nvqs,
                     const char *args_fmt, ...) G_GNUC_PRINTF(4, 5);
+/*
+ * A loop device with 512-byte sectors over @image (root only), or NULL.
+ * vblk_stop() detaches the one in @d->loop.
+ */
+char *vblk_loop_attach(const char *image);
+
+/* Reset the device and bring it up again with fresh queues */
+void vblk_reset(VblkDev *d);
+/* The virtio device status (VIRTIO_CONFIG_S_*) */
+uint8_t vblk_device_status(VblkDev *d);
+
 /* Quit QEMU (once) */
 void vblk_quit(VblkDev *d);
 /* Quit QEMU, check the image file against the shadow, delete it */
@@ -54,9 +82,32 @@ void vblk_stop(VblkDev *d);
 char *vblk_make_image(uint64_t size);
 char *vblk_make_image_in(const char *dir, uint64_t size);
 
+/*
+ * Submit @n requests and wait for all of them: as many in flight at once
+ * as the queues hold, as a descriptor chain or one indirect descriptor
+ * each, descriptor and avail ring updates written in bulk and every queue
+ * kicked once per round, completions taken in whatever order the device
+ * returns them.  Descriptors are recycled, so a queue serves any number
+ * of requests.  Returns how many completed out of submission order.
+ */
+int vblk_run(VblkDev *d, VblkIo *ios, int n);
+
+/*
+ * Submit a request the device must treat as broken: it sets NEEDS_RESET
+ * and never completes it.  Then reset the device.
+ */
+void vblk_run_expect_reset(VblkDev *d, VblkIo *io);
+
 /* Submit one request on queue @q and wait for it; returns its status */
 uint8_t vblk_rw(VblkDev *d, unsigned q, bool write, uint64_t offset,
                 const VblkSeg *segs, int nsegs);
+
+/* Put @io's data (pattern of generation @gen) in guest RAM and the shadow */
+void vblk_fill(VblkDev *d, const VblkIo *io, unsigned gen);
+/* Overwrite @io's buffers, so that a read that returns too little shows */
+void vblk_poison(VblkDev *d, const VblkIo *io);
+/* Check that @io's buffers hold what the shadow says the disk holds */
+void vblk_check(VblkDev *d, const VblkIo *io);
 
 /* Write/read @segs, one request, with data derived from @offset/@gen */
 void vblk_write_pattern(VblkDev *d, unsigned q, uint64_t offset,
@@ -75,6 +126,13 @@ QDict *vblk_fixed_info(VblkDev *d);
 /* The ring named @name in @info, or NULL */
 QDict *vblk_fixed_ring(QDict *info, const char *name);
 uint64_t vblk_ring_fallbacks(QDict *ring, const char *reason);
+
+/*
+ * Every request in flight runs in a coroutine with its own stack mapping:
+ * tens of thousands of them need more than the default vm.max_map_count.
+ * Raise it to @want if needed; false if impossible.
+ */
+bool vblk_have_map_count(long want);
 
 /* Free 2 MiB hugepages, reserving more if needed; false if impossible */
 bool vblk_have_hugepages(uint64_t bytes);

@@ -244,29 +244,6 @@ static void test_small_pages(void)
     test_shapes(256 * MiB, "memory-backend-memfd", 4096);
 }
 
-/* Attach @image to a loop device with 512-byte sectors, or NULL */
-static char *loop_attach(const char *image)
-{
-    g_autofree char *cmd = g_strdup_printf("losetup --find --show "
-                                           "--sector-size 512 %s", image);
-    char *out = NULL;
-    int status;
-
-    if (!g_spawn_command_line_sync(cmd, &out, NULL, &status, NULL) ||
-        !g_spawn_check_exit_status(status, NULL)) {
-        g_free(out);
-        return NULL;
-    }
-    return g_strstrip(out);
-}
-
-static void loop_detach(const char *dev)
-{
-    g_autofree char *cmd = g_strdup_printf("losetup --detach %s", dev);
-
-    g_assert_true(g_spawn_command_line_sync(cmd, NULL, NULL, NULL, NULL));
-}
-
 /*
  * 512-byte requests and 512-byte segments at odd 512-byte offsets.  A
  * file image makes file-posix align requests to 4 KiB through bounce
@@ -290,7 +267,7 @@ static void test_small_requests(void)
     int i, n;
 
     image = vblk_make_image(DISK_SIZE);
-    loop = loop_attach(image);
+    loop = vblk_loop_attach(image);
     if (!loop) {
         g_test_skip("cannot attach a loop device (not root?)");
         unlink(image);
@@ -316,8 +293,7 @@ static void test_small_requests(void)
     info = vblk_fixed_info(d);
     assert_ring(info, "io0", ARRAY_SIZE(shapes), ARRAY_SIZE(shapes));
     qobject_unref(info);
-    vblk_quit(d);
-    loop_detach(loop);
+    d->loop = g_steal_pointer(&loop);
     vblk_stop(d);
 }
 
