@@ -127,8 +127,9 @@ static void device_init(VblkDev *d)
 
     qvirtio_start_device(d->vdev);
     features = qvirtio_get_features(d->vdev);
-    features &= ~(QVIRTIO_F_BAD_FEATURE | (1ull << VIRTIO_RING_F_EVENT_IDX));
-    qvirtio_set_features(d->vdev, features);
+    features &= ~(QVIRTIO_F_BAD_FEATURE | (1ull << VIRTIO_RING_F_EVENT_IDX) |
+                  (1ull << VIRTIO_F_RING_PACKED));
+    qvirtio_set_features(d->vdev, features | d->extra_features);
 
     d->vqs = g_new0(QVirtQueue *, d->nvqs);
     for (i = 0; i < d->nvqs; i++) {
@@ -550,6 +551,38 @@ void vblk_run_expect_reset(VblkDev *d, VblkIo *io)
 {
     g_assert_cmpint(run_batch(d, io, 1, true), ==, -1);
     vblk_reset(d);
+}
+
+bool vblk_raw_chain(VblkDev *d, unsigned q, const struct vring_desc *descs,
+                    int n, uint8_t *status, uint64_t status_gpa)
+{
+    QVirtQueue *vq = d->vqs[q];
+    gint64 deadline = g_get_monotonic_time() + VBLK_TIMEOUT_US;
+    bool reset = false;
+
+    g_assert_cmpint(n, <=, vq->size);
+    qtest_memwrite(d->qts, vq->desc, descs, n * sizeof(descs[0]));
+    qtest_writew(d->qts, vq->avail + 4 + 2 * (d->queues[q].avail_idx %
+                                              vq->size), 0);
+    qtest_writew(d->qts, vq->avail + 2, ++d->queues[q].avail_idx);
+    d->vdev->bus->virtqueue_kick(d->vdev, vq);
+
+    for (;;) {
+        if (vblk_device_status(d) & VIRTIO_CONFIG_S_NEEDS_RESET) {
+            reset = true;
+            break;
+        }
+        if (qtest_readw(d->qts, vq->used + 2) != d->queues[q].last_used) {
+            if (status) {
+                *status = qtest_readb(d->qts, status_gpa);
+            }
+            break;
+        }
+        g_assert(g_get_monotonic_time() < deadline);
+        g_usleep(100);
+    }
+    vblk_reset(d);
+    return reset;
 }
 
 uint8_t vblk_rw(VblkDev *d, unsigned q, bool write, uint64_t offset,

@@ -12,6 +12,7 @@
 #include "libqos/libqos-malloc.h"
 #include "libqos/pci-pc.h"
 #include "libqos/virtio-pci.h"
+#include "standard-headers/linux/virtio_ring.h"
 
 #define VBLK_SECTOR 512
 #define VBLK_TIMEOUT_US (60 * 1000 * 1000)
@@ -49,6 +50,7 @@ typedef struct VblkDev {
     uint64_t data_start;        /* guest RAM above here is the test's */
     uint64_t capacity;          /* bytes */
     uint32_t seg_max;           /* from the device's config space */
+    uint64_t extra_features;    /* negotiated on top of the defaults */
     char *image;                /* the raw image file */
     char *loop;                 /* a loop device over it, or NULL */
     uint8_t *shadow;            /* what the image must hold */
@@ -97,6 +99,15 @@ int vblk_run(VblkDev *d, VblkIo *ios, int n);
  * and never completes it.  Then reset the device.
  */
 void vblk_run_expect_reset(VblkDev *d, VblkIo *io);
+
+/*
+ * Write @n raw descriptors at the start of queue @q's table, make the one
+ * at index 0 available and kick.  Returns true when the device answers
+ * with NEEDS_RESET, false when it completes the chain (status in
+ * @status, when not NULL).  Either way the device is reset after.
+ */
+bool vblk_raw_chain(VblkDev *d, unsigned q, const struct vring_desc *descs,
+                    int n, uint8_t *status, uint64_t status_gpa);
 
 /* Submit one request on queue @q and wait for it; returns its status */
 uint8_t vblk_rw(VblkDev *d, unsigned q, bool write, uint64_t offset,
