@@ -585,21 +585,6 @@ bool vblk_raw_chain(VblkDev *d, unsigned q, const struct vring_desc *descs,
     return reset;
 }
 
-uint8_t vblk_rw(VblkDev *d, unsigned q, bool write, uint64_t offset,
-                const VblkSeg *segs, int nsegs)
-{
-    VblkIo io = {
-        .q = q,
-        .type = write ? VIRTIO_BLK_T_OUT : VIRTIO_BLK_T_IN,
-        .offset = offset,
-        .segs = segs,
-        .nsegs = nsegs,
-    };
-
-    vblk_run(d, &io, 1);
-    return io.status;
-}
-
 void vblk_pattern(uint8_t *buf, size_t len, uint64_t pos, unsigned gen)
 {
     size_t i;
@@ -743,39 +728,47 @@ static long read_long(const char *path)
     return value;
 }
 
-static long hugepages_at_start = -1;
-
-/* Give back the hugepages this test reserved */
-static void restore_hugepages(void)
+static void write_long(const char *path, long value)
 {
-    g_autofree char *nr = g_strdup_printf("%ld", hugepages_at_start);
-    int fd = open(HUGEPAGES_DIR "nr_hugepages", O_WRONLY);
+    g_autofree char *text = g_strdup_printf("%ld", value);
+    int fd = open(path, O_WRONLY);
 
     if (fd >= 0) {
-        if (write(fd, nr, strlen(nr)) < 0) {
-            g_test_message("could not give back hugepages");
+        if (write(fd, text, strlen(text)) < 0) {
+            g_test_message("could not write %s", path);
         }
         close(fd);
     }
 }
 
+static long hugepages_at_start = -1;
+
+/* Give back the hugepages this test reserved */
+static void restore_hugepages(void)
+{
+    write_long(HUGEPAGES_DIR "nr_hugepages", hugepages_at_start);
+}
+
+static long map_count_at_start = -1;
+
+static void restore_map_count(void)
+{
+    write_long("/proc/sys/vm/max_map_count", map_count_at_start);
+}
+
 bool vblk_have_map_count(long want)
 {
-    g_autofree char *text = g_strdup_printf("%ld", want);
     long now = read_long("/proc/sys/vm/max_map_count");
-    ssize_t written;
-    int fd;
 
-    if (now >= want) {
-        return true;
+    if (now < 0 || now >= want) {
+        return now >= want;
     }
-    fd = open("/proc/sys/vm/max_map_count", O_WRONLY);
-    if (fd < 0) {
-        return false;
+    if (map_count_at_start < 0) {
+        map_count_at_start = now;
+        atexit(restore_map_count);
     }
-    written = write(fd, text, strlen(text));
-    close(fd);
-    return written > 0;
+    write_long("/proc/sys/vm/max_map_count", want);
+    return read_long("/proc/sys/vm/max_map_count") >= want;
 }
 
 bool vblk_have_hugepages(uint64_t bytes)
@@ -783,9 +776,6 @@ bool vblk_have_hugepages(uint64_t bytes)
     long want = bytes >> 21;
     long free = read_long(HUGEPAGES_DIR "free_hugepages");
     long total = read_long(HUGEPAGES_DIR "nr_hugepages");
-    g_autofree char *more = NULL;
-    ssize_t written;
-    int fd;
 
     if (free < 0 || total < 0) {
         return false;
@@ -797,12 +787,6 @@ bool vblk_have_hugepages(uint64_t bytes)
         hugepages_at_start = total;
         atexit(restore_hugepages);
     }
-    more = g_strdup_printf("%ld", total + want - free);
-    fd = open(HUGEPAGES_DIR "nr_hugepages", O_WRONLY);
-    if (fd < 0) {
-        return false;
-    }
-    written = write(fd, more, strlen(more));
-    close(fd);
-    return written > 0 && read_long(HUGEPAGES_DIR "free_hugepages") >= want;
+    write_long(HUGEPAGES_DIR "nr_hugepages", total + want - free);
+    return read_long(HUGEPAGES_DIR "free_hugepages") >= want;
 }

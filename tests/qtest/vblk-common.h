@@ -109,10 +109,6 @@ void vblk_run_expect_reset(VblkDev *d, VblkIo *io);
 bool vblk_raw_chain(VblkDev *d, unsigned q, const struct vring_desc *descs,
                     int n, uint8_t *status, uint64_t status_gpa);
 
-/* Submit one request on queue @q and wait for it; returns its status */
-uint8_t vblk_rw(VblkDev *d, unsigned q, bool write, uint64_t offset,
-                const VblkSeg *segs, int nsegs);
-
 /* Put @io's data (pattern of generation @gen) in guest RAM and the shadow */
 void vblk_fill(VblkDev *d, const VblkIo *io, unsigned gen);
 /* Overwrite @io's buffers, so that a read that returns too little shows */
