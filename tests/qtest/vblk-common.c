@@ -143,10 +143,10 @@ static void device_fini(VblkDev *d)
 {
     unsigned i;
 
+    queues_free(d);     /* it reads the queue sizes */
     for (i = 0; i < d->nvqs; i++) {
         qvirtqueue_cleanup(d->vdev->bus, d->vqs[i], &d->alloc);
     }
-    queues_free(d);
     g_free(d->vqs);
     d->vqs = NULL;
 }
