@@ -66,8 +66,7 @@ static struct {
     bool can_clone;
     bool can_vectored;
     bool coalesces;
-    bool have_pin_ring;
-    struct io_uring pin_ring;
+    struct io_uring pin_ring;   /* valid when can_clone */
     GArray *ranges;             /* of UringRange */
     unsigned long *slots;       /* slots in use */
     UringChunkTable *table;
@@ -137,10 +136,22 @@ static bool probe_clone(void)
     return ret >= 0;
 }
 
+/* The ring that pins guest RAM once for all rings to clone, if possible */
+static bool setup_pin_ring(void)
+{
+    if (io_uring_queue_init(1, &reg.pin_ring, 0) < 0) {
+        return false;
+    }
+    if (io_uring_register_buffers_sparse(&reg.pin_ring, URING_SLOTS_MAX) < 0 ||
+        !probe_clone()) {
+        io_uring_queue_exit(&reg.pin_ring);
+        return false;
+    }
+    return true;
+}
+
 static void probe_locked(void)
 {
-    int ret;
-
     if (reg.probed) {
         return;
     }
@@ -148,19 +159,7 @@ static void probe_locked(void)
     reg.coalesces = kernel_at_least(6, 12);
     qatomic_set(&reg.can_vectored, probe_vectored_fixed());
 
-    ret = io_uring_queue_init(1, &reg.pin_ring, 0);
-    if (ret == 0) {
-        ret = io_uring_register_buffers_sparse(&reg.pin_ring, URING_SLOTS_MAX);
-        if (ret < 0) {
-            io_uring_queue_exit(&reg.pin_ring);
-        }
-    }
-    reg.have_pin_ring = ret == 0;
-    reg.can_clone = reg.have_pin_ring && probe_clone();
-    if (reg.have_pin_ring && !reg.can_clone) {
-        io_uring_queue_exit(&reg.pin_ring);
-        reg.have_pin_ring = false;
-    }
+    reg.can_clone = setup_pin_ring();
     trace_uring_fixed_probe(reg.coalesces, reg.can_vectored, reg.can_clone);
 }
 
@@ -478,6 +477,13 @@ void uring_fixed_ring_destroy(AioContext *ctx)
     g_free(ring);
 }
 
+/* Can this ring read and write @c with fixed operations? */
+static bool ring_can_use(struct UringFixedRing *ring, const UringChunk *c)
+{
+    return c->pinned && c->slot < URING_SLOTS_MAX &&
+           !(ring->refused && test_bit(c->slot, ring->refused));
+}
+
 static void ring_disable(struct UringFixedRing *ring, const char *what, int err)
 {
     if (!ring->disabled_reason) {
@@ -605,8 +611,7 @@ int uring_fixed_lookup(AioContext *ctx, const struct iovec *iov, int niov,
     if (!c) {
         return -1;
     }
-    if (!c->pinned || c->slot >= URING_SLOTS_MAX ||
-        (ring->refused && test_bit(c->slot, ring->refused))) {
+    if (!ring_can_use(ring, c)) {
         *why = URING_FALLBACK_NOT_PINNED;
         return -1;
     }
@@ -640,8 +645,7 @@ static void ring_usable_chunks(struct UringFixedRing *ring,
     for (i = 0; t && !ring->disabled_reason && i < t->nr; i++) {
         const UringChunk *c = &t->chunks[i];
 
-        if (c->pinned && c->slot < URING_SLOTS_MAX &&
-            !(ring->refused && test_bit(c->slot, ring->refused))) {
+        if (ring_can_use(ring, c)) {
             (*chunks)++;
             *bytes += c->len;
         }
@@ -667,8 +671,7 @@ GPtrArray *uring_fixed_ring_stats(void)
         UringRingStats *s = g_new0(UringRingStats, 1);
 
         s->ctx = ring->ctx;
-        s->generation = qatomic_read(&ring->generation);
-        s->synced = s->generation == reg.generation;
+        s->synced = ring->generation == reg.generation;
         s->cloned = ring->cloned;
         s->disabled_reason = g_strdup(ring->disabled_reason);
         ring_usable_chunks(ring, &s->chunks, &s->bytes);

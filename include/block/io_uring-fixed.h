@@ -94,7 +94,6 @@ typedef struct UringRingStats {
     bool synced;
     bool cloned;            /* buffers cloned from the pinning ring */
     char *disabled_reason;
-    uint64_t generation;
     unsigned chunks;        /* usable by this ring */
     uint64_t bytes;
     uint64_t fixed_reads, fixed_writes;
