@@ -464,9 +464,13 @@ static uint64_t write_tables(VblkDev *d, VblkIo *ios, int n, uint64_t slab)
 
 /*
  * The engine of vblk_run(); with @expect_reset, it returns -1 as soon as
- * the device reports NEEDS_RESET, and fails if a request completes.
+ * the device reports NEEDS_RESET, and fails if a request completes.  With
+ * @give_up_at, it stops waiting then and returns -2, leaving the guest
+ * memory of the requests in flight to the device.  *@finished counts the
+ * requests that completed.
  */
-static int run_batch(VblkDev *d, VblkIo *ios, int n, bool expect_reset)
+static int run_batch(VblkDev *d, VblkIo *ios, int n, bool expect_reset,
+                     gint64 give_up_at, int *finished_out)
 {
     g_autofree uint8_t *slots = g_malloc0((size_t)n * SLOT_SIZE);
     g_autofree bool *done = g_new0(bool, n);
@@ -497,6 +501,11 @@ static int run_batch(VblkDev *d, VblkIo *ios, int n, bool expect_reset)
 
     while (finished < n) {
         int reaped = 0;
+
+        *finished_out = finished;
+        if (give_up_at && g_get_monotonic_time() >= give_up_at) {
+            return -2;
+        }
 
         /* Fill every queue as far as it goes, in order */
         while (next < n && submit(d, &ios[next], next, slab, tables[next])) {
@@ -530,6 +539,7 @@ static int run_batch(VblkDev *d, VblkIo *ios, int n, bool expect_reset)
         }
     }
 
+    *finished_out = finished;
     bufread(d->qts, slab, slots, (size_t)n * SLOT_SIZE);
     for (i = 0; i < n; i++) {
         ios[i].status = slots[i * SLOT_SIZE + 16];
@@ -544,12 +554,25 @@ static int run_batch(VblkDev *d, VblkIo *ios, int n, bool expect_reset)
 
 int vblk_run(VblkDev *d, VblkIo *ios, int n)
 {
-    return run_batch(d, ios, n, false);
+    int finished;
+
+    return run_batch(d, ios, n, false, 0, &finished);
+}
+
+int vblk_run_for(VblkDev *d, VblkIo *ios, int n, gint64 budget_us)
+{
+    int finished;
+
+    run_batch(d, ios, n, false, g_get_monotonic_time() + budget_us,
+              &finished);
+    return finished;
 }
 
 void vblk_run_expect_reset(VblkDev *d, VblkIo *io)
 {
-    g_assert_cmpint(run_batch(d, io, 1, true), ==, -1);
+    int finished;
+
+    g_assert_cmpint(run_batch(d, io, 1, true, 0, &finished), ==, -1);
     vblk_reset(d);
 }
 
@@ -789,4 +812,38 @@ bool vblk_have_hugepages(uint64_t bytes)
     }
     write_long(HUGEPAGES_DIR "nr_hugepages", total + want - free);
     return read_long(HUGEPAGES_DIR "free_hugepages") >= want;
+}
+
+/*
+ * Write every request of @ios (in one batch), then read each back into
+ * poisoned buffers (another batch) and check every byte and the used
+ * lengths: status byte only for writes, data plus status for reads.
+ */
+void vblk_write_read(VblkDev *d, VblkIo *ios, int n, unsigned gen)
+{
+    int i;
+
+    for (i = 0; i < n; i++) {
+        ios[i].type = VIRTIO_BLK_T_OUT;
+        vblk_fill(d, &ios[i], gen + i);
+    }
+    vblk_run(d, ios, n);
+    for (i = 0; i < n; i++) {
+        g_assert_cmpint(ios[i].status, ==, VIRTIO_BLK_S_OK);
+        g_assert_cmpuint(ios[i].used_len, ==, 1);
+        ios[i].type = VIRTIO_BLK_T_IN;
+        vblk_poison(d, &ios[i]);
+    }
+    vblk_run(d, ios, n);
+    for (i = 0; i < n; i++) {
+        uint64_t bytes = 0;
+        int j;
+
+        for (j = 0; j < ios[i].nsegs; j++) {
+            bytes += ios[i].segs[j].len;
+        }
+        g_assert_cmpint(ios[i].status, ==, VIRTIO_BLK_S_OK);
+        g_assert_cmpuint(ios[i].used_len, ==, bytes + 1);
+        vblk_check(d, &ios[i]);
+    }
 }

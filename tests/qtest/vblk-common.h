@@ -95,6 +95,16 @@ char *vblk_make_image_in(const char *dir, uint64_t size);
 int vblk_run(VblkDev *d, VblkIo *ios, int n);
 
 /*
+ * vblk_run(), but stop waiting after @budget_us: returns how many requests
+ * completed.  The rest stay in flight with their guest memory; reset the
+ * device before the next vblk_run().
+ */
+int vblk_run_for(VblkDev *d, VblkIo *ios, int n, gint64 budget_us);
+
+/* Write @ios, then read them back into poisoned buffers and check them */
+void vblk_write_read(VblkDev *d, VblkIo *ios, int n, unsigned gen);
+
+/*
  * Submit a request the device must treat as broken: it sets NEEDS_RESET
  * and never completes it.  Then reset the device.
  */

@@ -103,40 +103,6 @@ static void stop(const Backend *b, VblkDev *d)
     vblk_stop(d);
 }
 
-/*
- * Write every request of @ios (in one batch), then read each back into
- * poisoned buffers (another batch) and check every byte and the used
- * lengths: status byte only for writes, data plus status for reads.
- */
-static void write_read(VblkDev *d, VblkIo *ios, int n, unsigned gen)
-{
-    int i;
-
-    for (i = 0; i < n; i++) {
-        ios[i].type = VIRTIO_BLK_T_OUT;
-        vblk_fill(d, &ios[i], gen + i);
-    }
-    vblk_run(d, ios, n);
-    for (i = 0; i < n; i++) {
-        g_assert_cmpint(ios[i].status, ==, VIRTIO_BLK_S_OK);
-        g_assert_cmpuint(ios[i].used_len, ==, 1);
-        ios[i].type = VIRTIO_BLK_T_IN;
-        vblk_poison(d, &ios[i]);
-    }
-    vblk_run(d, ios, n);
-    for (i = 0; i < n; i++) {
-        uint64_t bytes = 0;
-        int j;
-
-        for (j = 0; j < ios[i].nsegs; j++) {
-            bytes += ios[i].segs[j].len;
-        }
-        g_assert_cmpint(ios[i].status, ==, VIRTIO_BLK_S_OK);
-        g_assert_cmpuint(ios[i].used_len, ==, bytes + 1);
-        vblk_check(d, &ios[i]);
-    }
-}
-
 /* --- large ------------------------------------------------------------ */
 
 static void test_large(const Backend *b)
@@ -152,7 +118,7 @@ static void test_large(const Backend *b)
         io.segs = segs;
         io.nsegs = vblk_split(segs, d->data_start, sizes[i], 1);
         io.offset = offset;
-        write_read(d, &io, 1, i * 3);
+        vblk_write_read(d, &io, 1, i * 3);
         offset += sizes[i];
     }
 
@@ -163,7 +129,7 @@ static void test_large(const Backend *b)
     io.nsegs = vblk_split(segs, d->data_start, seg_len * d->seg_max,
                           d->seg_max);
     io.offset = offset;
-    write_read(d, &io, 1, 77);
+    vblk_write_read(d, &io, 1, 77);
     stop(b, d);
 }
 
@@ -224,7 +190,7 @@ static void test_fragmented(const Backend *b)
     for (i = 0; i < n; i++) {
         ios[i].offset = i * 4 * MiB + (i % 2) * 512;
     }
-    write_read(d, ios, n, 10);
+    vblk_write_read(d, ios, n, 10);
     stop(b, d);
 }
 
@@ -249,12 +215,12 @@ static void test_hugepage_boundary(const Backend *b)
     }
     io.nsegs = 8;
     io.offset = MiB;
-    write_read(d, &io, 1, 40);
+    vblk_write_read(d, &io, 1, 40);
     /* One segment spanning four hugepages */
     segs[0] = (VblkSeg) { d->data_start + 20 * MiB - 512, 6 * MiB + 1024 };
     io.nsegs = 1;
     io.offset = 16 * MiB;
-    write_read(d, &io, 1, 41);
+    vblk_write_read(d, &io, 1, 41);
     stop(b, d);
 }
 
@@ -281,22 +247,22 @@ static void test_ramblock_boundary(const Backend *b)
     d->data_start = 64 * MiB;
     segs[0] = (VblkSeg) { 128 * MiB - 2560, 6144 };
     io.nsegs = 1;
-    write_read(d, &io, 1, 50);
+    vblk_write_read(d, &io, 1, 50);
     segs[0] = (VblkSeg) { 128 * MiB - 4096, 4096 };
     segs[1] = (VblkSeg) { 100 * MiB + 512, 1024 };
     segs[2] = (VblkSeg) { 128 * MiB, 65536 };
     io.nsegs = 3;
     io.offset = MiB + 512;
-    write_read(d, &io, 1, 51);
+    vblk_write_read(d, &io, 1, 51);
     /* And on each side alone */
     segs[0] = (VblkSeg) { 128 * MiB - 8192, 8192 };
     segs[1] = (VblkSeg) { 128 * MiB + 512, 8192 };
     io.nsegs = 1;
     io.offset = 2 * MiB;
-    write_read(d, &io, 1, 52);
+    vblk_write_read(d, &io, 1, 52);
     io.segs = &segs[1];
     io.offset = 3 * MiB;
-    write_read(d, &io, 1, 53);
+    vblk_write_read(d, &io, 1, 53);
     stop(b, d);
 }
 
@@ -316,7 +282,7 @@ static void test_single_hugepage(const Backend *b)
               "-machine memory-backend=ram0", 1, ",iothread=io0");
     io.nsegs = spread(segs, d->data_start + 512, 4, 65536 + 512, 4096);
     io.offset = 4096;
-    write_read(d, &io, 1, 60);
+    vblk_write_read(d, &io, 1, 60);
     stop(b, d);
 }
 
@@ -414,6 +380,163 @@ static void test_256_queues_2_iothreads(const Backend *b)
     many_queues(b, 256, 64, 512, true);
 }
 
+/* --- large queues ----------------------------------------------------- */
+
+/*
+ * A queue of @size entries and requests of seg_max (@size - 2) segments,
+ * as a chain that takes the whole queue and through an indirect table:
+ * 512-byte segments 512 bytes apart (more than IOV_MAX pieces that cannot
+ * be merged), then 2 KiB segments back to back (merged into one piece).
+ */
+static void large_queue(const Backend *b, unsigned size)
+{
+    g_autofree char *dev = g_strdup_printf(",queue-size=%u,iothread=io0",
+                                           size);
+    g_autofree VblkSeg *segs = g_new(VblkSeg, size);
+    VblkDev *d = start(b, 512 * MiB, "-m 512M", 1, dev);
+    VblkIo io = { .segs = segs };
+
+    g_assert_cmpuint(d->seg_max, ==, size - 2);
+    io.nsegs = spread(segs, d->data_start + 512, d->seg_max, 512, 512);
+    vblk_write_read(d, &io, 1, 100);
+    io.indirect = true;
+    io.offset = 16 * MiB;
+    vblk_write_read(d, &io, 1, 101);
+
+    io.nsegs = spread(segs, d->data_start, d->seg_max, 2048, 0);
+    io.indirect = false;
+    io.offset = 32 * MiB;
+    vblk_write_read(d, &io, 1, 102);
+    stop(b, d);
+}
+
+static void test_queue_size_2048(const Backend *b)
+{
+    large_queue(b, 2048);
+}
+
+static void test_queue_size_32768(const Backend *b)
+{
+    large_queue(b, 32768);
+}
+
+/* The most queues QEMU supports: the last one works like the first */
+static void test_1024_queues(const Backend *b)
+{
+    VblkDev *d = start(b, 512 * MiB, "-m 512M", 1024, ",iothread=io0");
+    VblkSeg seg = { d->data_start, 64 * KiB };
+    VblkIo io = { .q = 1023, .segs = &seg, .nsegs = 1, .offset = MiB };
+
+    vblk_write_read(d, &io, 1, 110);
+    io = (VblkIo) { .q = 0, .segs = &seg, .nsegs = 1, .offset = 2 * MiB };
+    vblk_write_read(d, &io, 1, 111);
+    stop(b, d);
+}
+
+/* One queue too many is a configuration error, not an abort */
+static void test_1025_queues(void)
+{
+    const char *qemu = g_getenv("QTEST_QEMU_BINARY");
+    const char *argv[] = {
+        qemu, "-machine", "pc", "-nodefaults", "-display", "none",
+        "-blockdev", "null-co,node-name=disk0",
+        "-device", "virtio-blk-pci,drive=disk0,num-queues=1025", NULL,
+    };
+    g_autofree char *err = NULL;
+    g_autoptr(GError) error = NULL;
+    int status;
+
+    g_assert_nonnull(qemu);
+    g_assert_true(g_spawn_sync(NULL, (char **)argv, NULL, 0, NULL, NULL,
+                               NULL, &err, &status, &error));
+    g_assert_true(WIFEXITED(status));
+    g_assert_cmpint(WEXITSTATUS(status), !=, 0);
+    g_assert_nonnull(strstr(err, "invalid num-queues property (1025), "
+                                 "must be at most 1024"));
+}
+
+/* --- requests in flight across reset and stop ----------------------- */
+
+#define INFLIGHT_QUEUES 4
+#define INFLIGHT_DEPTH 16
+
+/* A throttle group holds requests back so that they are in flight */
+static VblkDev *start_throttled(const Backend *b)
+{
+    char *image = vblk_make_image(DISK_SIZE);
+
+    return vblk_start(512 * MiB, image, INFLIGHT_QUEUES,
+                      "-machine pc -m 512M -object iothread,id=io0 "
+                      "-object throttle-group,id=tg0,x-iops-total=40 "
+                      "-blockdev file,node-name=file0,filename=%s,%s "
+                      "-blockdev throttle,node-name=disk0,"
+                      "throttle-group=tg0,file=file0 "
+                      "-device virtio-blk-pci,id=vblk0,addr=04.0,"
+                      "drive=disk0,num-queues=%u,iothread=io0",
+                      image, b->opts, INFLIGHT_QUEUES);
+}
+
+/*
+ * Writes on every queue, some still in flight when @interrupt runs; after
+ * it and a reset every write must be on disk: read all back and check.
+ */
+static void in_flight(const Backend *b, void (*interrupt)(VblkDev *d))
+{
+    enum { N = INFLIGHT_QUEUES * INFLIGHT_DEPTH };
+    VblkDev *d = start_throttled(b);
+    VblkSeg segs[N];
+    VblkIo ios[N];
+    int i, finished;
+
+    for (i = 0; i < N; i++) {
+        segs[i] = (VblkSeg) { d->data_start + i * 8 * KiB, 4 * KiB };
+        ios[i] = (VblkIo) {
+            .q = i % INFLIGHT_QUEUES, .type = VIRTIO_BLK_T_OUT,
+            .offset = i * 4 * KiB, .segs = &segs[i], .nsegs = 1,
+        };
+        vblk_fill(d, &ios[i], 120 + i);
+    }
+    finished = vblk_run_for(d, ios, N, 200 * 1000);
+    g_test_message("%d of %d writes done before the interruption",
+                   finished, N);
+    g_assert_cmpint(finished, <, N);
+
+    interrupt(d);
+    vblk_reset(d);
+
+    for (i = 0; i < N; i++) {
+        ios[i].type = VIRTIO_BLK_T_IN;
+        vblk_poison(d, &ios[i]);
+    }
+    vblk_run(d, ios, N);
+    for (i = 0; i < N; i++) {
+        g_assert_cmpint(ios[i].status, ==, VIRTIO_BLK_S_OK);
+        vblk_check(d, &ios[i]);
+    }
+    vblk_stop(d);
+}
+
+static void no_interruption(VblkDev *d)
+{
+}
+
+static void stop_and_resume(VblkDev *d)
+{
+    qtest_qmp_assert_success(d->qts, "{'execute': 'stop'}");
+    qtest_qmp_assert_success(d->qts, "{'execute': 'cont'}");
+}
+
+/* Reset while requests are in flight (vblk_reset() follows anyway) */
+static void test_in_flight_reset(const Backend *b)
+{
+    in_flight(b, no_interruption);
+}
+
+static void test_in_flight_stop(const Backend *b)
+{
+    in_flight(b, stop_and_resume);
+}
+
 /* --- errors ----------------------------------------------------------- */
 
 static uint8_t one(VblkDev *d, uint32_t type, uint64_t offset,
@@ -487,6 +610,11 @@ static const struct {
     { "queues/256", test_256_queues },
     { "queues/64-2-iothreads", test_64_queues_2_iothreads },
     { "queues/256-2-iothreads", test_256_queues_2_iothreads },
+    { "queue-size/2048", test_queue_size_2048 },
+    { "queue-size/32768", test_queue_size_32768 },
+    { "queues/1024", test_1024_queues },
+    { "in-flight/reset", test_in_flight_reset },
+    { "in-flight/stop", test_in_flight_stop },
     { "errors", test_errors },
 };
 
@@ -513,5 +641,6 @@ int main(int argc, char **argv)
             qtest_add_data_func(path, c, run_case);
         }
     }
+    qtest_add_func("/vblk-io/queues/1025", test_1025_queues);
     return g_test_run();
 }

@@ -1,0 +1,43 @@
+/*
+ * virtio-blk requests: per-virtqueue pools and data vectors
+ *
+ * Copyright (c) 2026 vblk-uring authors
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef HW_VIRTIO_BLK_REQ_H
+#define HW_VIRTIO_BLK_REQ_H
+
+#include "hw/virtio/virtio-blk.h"
+
+/*
+ * Pieces of a request kept inside its pool object: header, status and up
+ * to six data segments, what nearly every request of a Linux guest has.
+ */
+#define VIRTIO_BLK_INLINE_SG 8
+
+void virtio_blk_req_pools_init(VirtIOBlock *s);
+void virtio_blk_req_pools_free(VirtIOBlock *s);
+
+VirtIOBlockReq *virtio_blk_req_pop(VirtIOBlock *s, VirtQueue *vq);
+
+/* A request loaded by migration, moved into its queue's pool */
+VirtIOBlockReq *virtio_blk_req_adopt(VirtIOBlock *s, unsigned int vq_idx,
+                                     VirtIOBlockReq *req);
+
+void virtio_blk_req_free(VirtIOBlockReq *req);
+
+/*
+ * Point req->qiov at the guest's data pieces @iov, with host-contiguous
+ * neighbours merged into one.  A request that still has more pieces than
+ * the backend takes in one I/O has its tail collapsed into a bounce
+ * buffer.  False if that buffer cannot be allocated.
+ */
+bool virtio_blk_req_set_data(VirtIOBlockReq *req, struct iovec *iov,
+                             unsigned int niov, bool is_write);
+
+/* The request completes: copy a read's bounced tail to the guest */
+void virtio_blk_req_data_done(VirtIOBlockReq *req, bool ok);
+
+#endif
