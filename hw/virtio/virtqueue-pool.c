@@ -36,11 +36,14 @@ struct VirtQueuePool {
     /* Only the popping thread touches these */
     QSLIST_HEAD(, PoolObject) cached;
     unsigned int nr_cached;
+    unsigned int nr_taken;
     unsigned int peak_in_flight;
     int64_t window_start_ns;
 
     /* Objects given back, from any thread; the popping thread takes all */
     QSLIST_HEAD(, PoolObject) released;
+    unsigned int nr_released;  /* atomic */
+    unsigned int nr_adopted;   /* atomic */
 
     unsigned int nr_objects;  /* atomic */
 };
@@ -144,22 +147,25 @@ static void pool_trim(VirtQueuePool *pool, unsigned int in_flight)
     pool->window_start_ns = now;
 }
 
+/* Objects taken and not given back yet */
+static unsigned int pool_in_flight(VirtQueuePool *pool)
+{
+    return pool->nr_taken + qatomic_read(&pool->nr_adopted) -
+           qatomic_read(&pool->nr_released);
+}
+
 /* The cache is empty: take what other threads gave back */
 static void pool_refill(VirtQueuePool *pool)
 {
     QSLIST_HEAD(, PoolObject) released;
     PoolObject *obj, *next;
-    unsigned int in_flight;
 
     QSLIST_MOVE_ATOMIC(&released, &pool->released);
     QSLIST_FOREACH_SAFE(obj, &released, next, next) {
         QSLIST_INSERT_HEAD(&pool->cached, obj, next);
         pool->nr_cached++;
     }
-
-    in_flight = qatomic_read(&pool->nr_objects) - pool->nr_cached;
-    pool->peak_in_flight = MAX(pool->peak_in_flight, in_flight);
-    pool_trim(pool, in_flight);
+    pool_trim(pool, pool_in_flight(pool));
 }
 
 static PoolObject *pool_take(VirtQueuePool *pool)
@@ -169,12 +175,12 @@ static PoolObject *pool_take(VirtQueuePool *pool)
     if (QSLIST_EMPTY(&pool->cached)) {
         pool_refill(pool);
     }
+    pool->nr_taken++;
+    pool->peak_in_flight = MAX(pool->peak_in_flight, pool_in_flight(pool));
+
     obj = QSLIST_FIRST(&pool->cached);
     if (!obj) {
-        obj = pool_object_new(pool);
-        pool->peak_in_flight = MAX(pool->peak_in_flight,
-                                   qatomic_read(&pool->nr_objects));
-        return obj;
+        return pool_object_new(pool);
     }
     QSLIST_REMOVE_HEAD(&pool->cached, next);
     pool->nr_cached--;
@@ -201,6 +207,7 @@ VirtQueueElement *virtqueue_pool_adopt(VirtQueuePool *pool,
     VirtQueueElement *copy = object_elem(obj);
     unsigned int out_num = elem->out_num, in_num = elem->in_num;
 
+    qatomic_inc(&pool->nr_adopted);
     memcpy(copy, elem, pool->elem_size);
     object_set_arrays(obj, out_num, in_num);
     memcpy(copy->in_addr, elem->in_addr, in_num * sizeof(hwaddr));
@@ -217,6 +224,7 @@ void virtqueue_pool_release(VirtQueueElement *elem)
 
     g_free(obj->heap_arrays);
     obj->heap_arrays = NULL;
+    qatomic_inc(&obj->pool->nr_released);
     QSLIST_INSERT_HEAD_ATOMIC(&obj->pool->released, obj, next);
 }
 
