@@ -13,21 +13,94 @@
 #include "qemu/osdep.h"
 #include "qemu/iov.h"
 #include "qemu/memalign.h"
+#include "qemu/cutils.h"
+#include "qemu/main-loop.h"
 #include "block/block.h"
 #include "system/block-backend.h"
 #include "hw/virtio/virtio-blk.h"
 #include "hw/virtio/virtio-blk-req.h"
 #include "hw/virtio/virtqueue-pool.h"
 
+/* A queue that hit its limit of requests in flight has room again */
+typedef struct VirtIOBlockWake {
+    VirtIOBlock *s;
+    unsigned int vq_idx;
+} VirtIOBlockWake;
+
+static void virtio_blk_req_wake_bh(void *opaque)
+{
+    VirtIOBlockWake *wake = opaque;
+
+    virtio_queue_notify(VIRTIO_DEVICE(wake->s), wake->vq_idx);
+    object_unref(OBJECT(wake->s));
+    g_free(wake);
+}
+
+/* Any thread: have the main loop notify the queue as if the guest kicked */
+static void virtio_blk_req_wake(void *opaque)
+{
+    VirtIOBlockReqPool *p = opaque;
+    VirtIOBlockWake *wake = g_new(VirtIOBlockWake, 1);
+
+    wake->s = p->s;
+    wake->vq_idx = p->vq_idx;
+    object_ref(OBJECT(p->s));
+    aio_bh_schedule_oneshot(qemu_get_aio_context(), virtio_blk_req_wake_bh,
+                            wake);
+}
+
+/*
+ * How many coroutine stacks the process can map, reckoned as
+ * qemu-coroutine.c does: each takes two of vm.max_map_count's mappings,
+ * and some are left for everything else.
+ */
+static unsigned int coroutine_stack_budget(void)
+{
+    g_autofree char *contents = NULL;
+    int max_map_count = 65530;
+
+    if (g_file_get_contents("/proc/sys/vm/max_map_count", &contents, NULL,
+                            NULL)) {
+        qemu_strtoi(contents, NULL, 10, &max_map_count);
+    }
+    return max_map_count > 5000 ? (max_map_count - 5000) / 2 : 0;
+}
+
+/*
+ * Every request in flight runs in a coroutine with its own stack: a guest
+ * that fills deep queues must not make QEMU run out of mappings and
+ * abort.  The queues of one device together take at most half of the
+ * stacks the process can map; a queue at its limit waits for completions.
+ */
+static unsigned int virtio_blk_max_in_flight(VirtIOBlock *s)
+{
+    unsigned int per_queue = coroutine_stack_budget() / 2 /
+                             s->conf.num_queues;
+
+    if (s->conf.max_in_flight) {
+        return MAX(s->conf.max_in_flight, 2);
+    }
+    return MAX(per_queue, VIRTIO_BLK_MIN_IN_FLIGHT);
+}
+
 void virtio_blk_req_pools_init(VirtIOBlock *s)
 {
+    unsigned int max_in_flight = virtio_blk_max_in_flight(s);
     unsigned int i;
 
-    s->req_pools = g_new(VirtQueuePool *, s->conf.num_queues);
+    s->req_pools = g_new0(VirtIOBlockReqPool, s->conf.num_queues);
     for (i = 0; i < s->conf.num_queues; i++) {
-        s->req_pools[i] = virtqueue_pool_new(sizeof(VirtIOBlockReq),
-                                             VIRTIO_BLK_INLINE_SG,
-                                             sizeof(struct iovec));
+        VirtIOBlockReqPool *p = &s->req_pools[i];
+
+        p->s = s;
+        p->vq_idx = i;
+        p->pool = virtqueue_pool_new(sizeof(VirtIOBlockReq),
+                                     VIRTIO_BLK_INLINE_SG,
+                                     sizeof(struct iovec));
+        if (max_in_flight < s->conf.queue_size) {
+            virtqueue_pool_set_limit(p->pool, max_in_flight,
+                                     virtio_blk_req_wake, p);
+        }
     }
 }
 
@@ -39,16 +112,29 @@ void virtio_blk_req_pools_free(VirtIOBlock *s)
         return;
     }
     for (i = 0; i < s->conf.num_queues; i++) {
-        virtqueue_pool_free(s->req_pools[i]);
+        virtqueue_pool_free(s->req_pools[i].pool);
     }
     g_free(s->req_pools);
     s->req_pools = NULL;
 }
 
+static VirtQueuePool *vq_pool(VirtIOBlock *s, VirtQueue *vq)
+{
+    return s->req_pools[virtio_get_queue_index(vq)].pool;
+}
+
+bool virtio_blk_req_may_pop(VirtIOBlock *s, VirtQueue *vq)
+{
+    return virtqueue_pool_may_take(vq_pool(s, vq));
+}
+
 VirtIOBlockReq *virtio_blk_req_pop(VirtIOBlock *s, VirtQueue *vq)
 {
-    VirtQueuePool *pool = s->req_pools[virtio_get_queue_index(vq)];
+    VirtQueuePool *pool = vq_pool(s, vq);
 
+    if (!virtqueue_pool_may_take(pool)) {
+        return NULL;
+    }
     return virtqueue_pop_alloc(vq, sizeof(VirtIOBlockReq),
                                virtqueue_pool_alloc, pool);
 }
@@ -56,7 +142,7 @@ VirtIOBlockReq *virtio_blk_req_pop(VirtIOBlock *s, VirtQueue *vq)
 VirtIOBlockReq *virtio_blk_req_adopt(VirtIOBlock *s, unsigned int vq_idx,
                                      VirtIOBlockReq *req)
 {
-    return (VirtIOBlockReq *)virtqueue_pool_adopt(s->req_pools[vq_idx],
+    return (VirtIOBlockReq *)virtqueue_pool_adopt(s->req_pools[vq_idx].pool,
                                                   &req->elem);
 }
 

@@ -33,10 +33,16 @@ struct VirtQueuePool {
     unsigned int inline_sg;
     size_t extra_per_sg;
 
-    /* Only the popping thread touches these */
+    /* Requests in flight at most, and who to call when there is room */
+    unsigned int max_in_flight;
+    void (*wake)(void *opaque);
+    void *wake_opaque;
+    bool waiting;              /* atomic */
+
+    /* Only the popping thread changes these */
     QSLIST_HEAD(, PoolObject) cached;
     unsigned int nr_cached;
-    unsigned int nr_taken;
+    unsigned int nr_taken;     /* atomic reads from other threads */
     unsigned int peak_in_flight;
     int64_t window_start_ns;
 
@@ -71,9 +77,19 @@ VirtQueuePool *virtqueue_pool_new(size_t elem_size, unsigned int inline_sg,
     pool->object_size = sizeof(PoolObject) + pool_inline_offset(pool) +
                         pool_inline_arrays_size(pool) +
                         inline_sg * extra_per_sg;
+    pool->max_in_flight = UINT_MAX;
     QSLIST_INIT(&pool->cached);
     QSLIST_INIT(&pool->released);
     return pool;
+}
+
+void virtqueue_pool_set_limit(VirtQueuePool *pool, unsigned int max_in_flight,
+                              void (*wake)(void *opaque), void *opaque)
+{
+    assert(max_in_flight >= 2);
+    pool->max_in_flight = max_in_flight;
+    pool->wake = wake;
+    pool->wake_opaque = opaque;
 }
 
 static VirtQueueElement *object_elem(PoolObject *obj)
@@ -150,7 +166,7 @@ static void pool_trim(VirtQueuePool *pool, unsigned int in_flight)
 /* Objects taken and not given back yet */
 static unsigned int pool_in_flight(VirtQueuePool *pool)
 {
-    return pool->nr_taken + qatomic_read(&pool->nr_adopted) -
+    return qatomic_read(&pool->nr_taken) + qatomic_read(&pool->nr_adopted) -
            qatomic_read(&pool->nr_released);
 }
 
@@ -175,7 +191,7 @@ static PoolObject *pool_take(VirtQueuePool *pool)
     if (QSLIST_EMPTY(&pool->cached)) {
         pool_refill(pool);
     }
-    pool->nr_taken++;
+    qatomic_set(&pool->nr_taken, pool->nr_taken + 1);
     pool->peak_in_flight = MAX(pool->peak_in_flight, pool_in_flight(pool));
 
     obj = QSLIST_FIRST(&pool->cached);
@@ -185,6 +201,33 @@ static PoolObject *pool_take(VirtQueuePool *pool)
     QSLIST_REMOVE_HEAD(&pool->cached, next);
     pool->nr_cached--;
     return obj;
+}
+
+bool virtqueue_pool_may_take(VirtQueuePool *pool)
+{
+    if (likely(pool_in_flight(pool) < pool->max_in_flight)) {
+        return true;
+    }
+    qatomic_set(&pool->waiting, true);
+    /* Pairs with virtqueue_pool_release(): one of us sees the other */
+    smp_mb();
+    if (pool_in_flight(pool) < pool->max_in_flight &&
+        qatomic_xchg(&pool->waiting, false)) {
+        return true;
+    }
+    return false;
+}
+
+/* Wake the popping thread once half of the limit is free again */
+static void pool_maybe_wake(VirtQueuePool *pool)
+{
+    if (likely(!qatomic_read(&pool->waiting))) {
+        return;
+    }
+    if (pool_in_flight(pool) <= pool->max_in_flight / 2 &&
+        qatomic_xchg(&pool->waiting, false)) {
+        pool->wake(pool->wake_opaque);
+    }
 }
 
 VirtQueueElement *virtqueue_pool_alloc(void *opaque, size_t sz,
@@ -222,10 +265,13 @@ void virtqueue_pool_release(VirtQueueElement *elem)
 {
     PoolObject *obj = elem_object(elem);
 
+    VirtQueuePool *pool = obj->pool;
+
     g_free(obj->heap_arrays);
     obj->heap_arrays = NULL;
-    qatomic_inc(&obj->pool->nr_released);
-    QSLIST_INSERT_HEAD_ATOMIC(&obj->pool->released, obj, next);
+    QSLIST_INSERT_HEAD_ATOMIC(&pool->released, obj, next);
+    qatomic_inc(&pool->nr_released);
+    pool_maybe_wake(pool);
 }
 
 void *virtqueue_pool_extra(VirtQueueElement *elem)

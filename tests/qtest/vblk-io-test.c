@@ -293,7 +293,7 @@ static void test_single_hugepage(const Backend *b)
  * (one indirect descriptor each); the device completes them in any order.
  */
 static void many_queues(const Backend *b, unsigned nvqs, unsigned depth,
-                        uint32_t len, bool two_iothreads)
+                        uint32_t len, bool two_iothreads, bool raise_map_count)
 {
     unsigned n = nvqs * depth, i;
     g_autofree VblkSeg *segs = g_new(VblkSeg, n);
@@ -304,7 +304,7 @@ static void many_queues(const Backend *b, unsigned nvqs, unsigned depth,
     VblkDev *d;
     int ooo;
 
-    if (!vblk_have_map_count(4 * n + 65536)) {
+    if (raise_map_count && !vblk_have_map_count(4 * n + 65536)) {
         g_test_skip("vm.max_map_count is too low for this many requests "
                     "in flight, and cannot be raised");
         return;
@@ -362,22 +362,39 @@ static void many_queues(const Backend *b, unsigned nvqs, unsigned depth,
  */
 static void test_64_queues(const Backend *b)
 {
-    many_queues(b, 64, 256, 4096, false);
+    many_queues(b, 64, 256, 4096, false, true);
 }
 
 static void test_256_queues(const Backend *b)
 {
-    many_queues(b, 256, 64, 512, false);
+    many_queues(b, 256, 64, 512, false, true);
 }
 
 static void test_64_queues_2_iothreads(const Backend *b)
 {
-    many_queues(b, 64, 256, 4096, true);
+    many_queues(b, 64, 256, 4096, true, true);
 }
 
 static void test_256_queues_2_iothreads(const Backend *b)
 {
-    many_queues(b, 256, 64, 512, true);
+    many_queues(b, 256, 64, 512, true, true);
+}
+
+/*
+ * One queue of 32768 entries, a request in every entry, all made
+ * available at once, with vm.max_map_count as the host has it (65530 by
+ * default, too few mappings for 32768 coroutine stacks): the device takes
+ * them as far as its limit of requests in flight allows, and completes
+ * every one with the right data.
+ */
+static void test_deep_queue(const Backend *b)
+{
+    g_autofree char *max_map_count = NULL;
+
+    g_assert_true(g_file_get_contents("/proc/sys/vm/max_map_count",
+                                      &max_map_count, NULL, NULL));
+    g_test_message("vm.max_map_count %s", g_strstrip(max_map_count));
+    many_queues(b, 1, 32768, 512, false, false);
 }
 
 /* --- large queues ----------------------------------------------------- */
@@ -461,19 +478,20 @@ static void test_1025_queues(void)
 #define INFLIGHT_DEPTH 16
 
 /* A throttle group holds requests back so that they are in flight */
-static VblkDev *start_throttled(const Backend *b)
+static VblkDev *start_throttled(const Backend *b, unsigned nvqs,
+                                unsigned iops, const char *dev_opts)
 {
     char *image = vblk_make_image(DISK_SIZE);
 
-    return vblk_start(512 * MiB, image, INFLIGHT_QUEUES,
+    return vblk_start(512 * MiB, image, nvqs,
                       "-machine pc -m 512M -object iothread,id=io0 "
-                      "-object throttle-group,id=tg0,x-iops-total=40 "
+                      "-object throttle-group,id=tg0,x-iops-total=%u "
                       "-blockdev file,node-name=file0,filename=%s,%s "
                       "-blockdev throttle,node-name=disk0,"
                       "throttle-group=tg0,file=file0 "
                       "-device virtio-blk-pci,id=vblk0,addr=04.0,"
-                      "drive=disk0,num-queues=%u,iothread=io0",
-                      image, b->opts, INFLIGHT_QUEUES);
+                      "drive=disk0,num-queues=%u,iothread=io0%s",
+                      iops, image, b->opts, nvqs, dev_opts);
 }
 
 /*
@@ -483,7 +501,7 @@ static VblkDev *start_throttled(const Backend *b)
 static void in_flight(const Backend *b, void (*interrupt)(VblkDev *d))
 {
     enum { N = INFLIGHT_QUEUES * INFLIGHT_DEPTH };
-    VblkDev *d = start_throttled(b);
+    VblkDev *d = start_throttled(b, INFLIGHT_QUEUES, 40, "");
     VblkSeg segs[N];
     VblkIo ios[N];
     int i, finished;
@@ -524,6 +542,75 @@ static void stop_and_resume(VblkDev *d)
 {
     qtest_qmp_assert_success(d->qts, "{'execute': 'stop'}");
     qtest_qmp_assert_success(d->qts, "{'execute': 'cont'}");
+}
+
+/* Queue 0's requests taken from the ring and not completed yet */
+static uint32_t queue_in_use(VblkDev *d, uint16_t *used_idx)
+{
+    QDict *rsp = qtest_qmp(d->qts, "{'execute': 'x-query-virtio-queue-status',"
+                           " 'arguments': {'path': "
+                           "'/machine/peripheral/vblk0/virtio-backend',"
+                           " 'queue': 0}}");
+    QDict *ret = qdict_get_qdict(rsp, "return");
+    uint32_t inuse;
+
+    g_assert_nonnull(ret);
+    inuse = qdict_get_int(ret, "inuse");
+    *used_idx = qdict_get_int(ret, "used-idx");
+    qobject_unref(rsp);
+    return inuse;
+}
+
+/*
+ * A queue may only have so many requests in flight (x-max-in-flight here;
+ * by default what coroutine stacks allow): with 512 writes made available
+ * at once and held back by a throttle group, the device never takes more
+ * than 64 from the ring, takes the rest as writes complete, and all of
+ * them reach the disk.
+ */
+static void test_in_flight_limit(const Backend *b)
+{
+    enum { N = 512, LIMIT = 64 };
+    VblkDev *d = start_throttled(b, 1, 1000,
+                                 ",queue-size=1024,x-max-in-flight=64");
+    g_autofree VblkSeg *segs = g_new(VblkSeg, N);
+    g_autofree VblkIo *ios = g_new0(VblkIo, N);
+    gint64 deadline = g_get_monotonic_time() + VBLK_TIMEOUT_US;
+    uint32_t inuse, most = 0;
+    uint16_t used_idx;
+    int i;
+
+    for (i = 0; i < N; i++) {
+        segs[i] = (VblkSeg) { d->data_start + i * 4 * KiB, 4 * KiB };
+        ios[i] = (VblkIo) {
+            /* Not adjacent: virtio-blk would merge them into one I/O */
+            .type = VIRTIO_BLK_T_OUT, .offset = i * 8 * KiB,
+            .segs = &segs[i], .nsegs = 1, .indirect = true,
+        };
+        vblk_fill(d, &ios[i], 130 + i);
+    }
+    g_assert_cmpint(vblk_run_for(d, ios, N, 50 * 1000), <, N);
+    do {
+        g_assert(g_get_monotonic_time() < deadline);
+        inuse = queue_in_use(d, &used_idx);
+        g_assert_cmpuint(inuse, <=, LIMIT);
+        most = MAX(most, inuse);
+        g_usleep(5 * 1000);
+    } while (used_idx != N);
+    g_test_message("at most %u of %u requests in flight", most, N);
+    g_assert_cmpuint(most, >, LIMIT / 2);
+
+    vblk_reset(d);
+    for (i = 0; i < N; i++) {
+        ios[i].type = VIRTIO_BLK_T_IN;
+        vblk_poison(d, &ios[i]);
+    }
+    vblk_run(d, ios, N);
+    for (i = 0; i < N; i++) {
+        g_assert_cmpint(ios[i].status, ==, VIRTIO_BLK_S_OK);
+        vblk_check(d, &ios[i]);
+    }
+    vblk_stop(d);
 }
 
 /* Reset while requests are in flight (vblk_reset() follows anyway) */
@@ -613,8 +700,10 @@ static const struct {
     { "queue-size/2048", test_queue_size_2048 },
     { "queue-size/32768", test_queue_size_32768 },
     { "queues/1024", test_1024_queues },
+    { "queues/1-32768-deep", test_deep_queue },
     { "in-flight/reset", test_in_flight_reset },
     { "in-flight/stop", test_in_flight_stop },
+    { "in-flight/limit", test_in_flight_limit },
     { "errors", test_errors },
 };
 

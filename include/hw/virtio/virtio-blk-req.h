@@ -17,10 +17,27 @@
  */
 #define VIRTIO_BLK_INLINE_SG 8
 
+/* A queue may have this many requests in flight even when memory is tight */
+#define VIRTIO_BLK_MIN_IN_FLIGHT 16
+
+typedef struct VirtIOBlockReqPool {
+    struct VirtQueuePool *pool;
+    VirtIOBlock *s;
+    unsigned int vq_idx;
+} VirtIOBlockReqPool;
+
 void virtio_blk_req_pools_init(VirtIOBlock *s);
 void virtio_blk_req_pools_free(VirtIOBlock *s);
 
+/*
+ * The next request of @vq, or NULL when there is none or when the queue
+ * has as many requests in flight as it may: then a completion notifies
+ * the queue again once there is room.
+ */
 VirtIOBlockReq *virtio_blk_req_pop(VirtIOBlock *s, VirtQueue *vq);
+
+/* Whether virtio_blk_req_pop() may take another request of @vq */
+bool virtio_blk_req_may_pop(VirtIOBlock *s, VirtQueue *vq);
 
 /* A request loaded by migration, moved into its queue's pool */
 VirtIOBlockReq *virtio_blk_req_adopt(VirtIOBlock *s, unsigned int vq_idx,

@@ -28,6 +28,17 @@ typedef struct VirtQueuePool VirtQueuePool;
 VirtQueuePool *virtqueue_pool_new(size_t elem_size, unsigned int inline_sg,
                                   size_t extra_per_sg);
 
+/*
+ * Let at most @max_in_flight requests be out at once: past that,
+ * virtqueue_pool_may_take() says no, and the pool calls @wake(@opaque)
+ * from the thread that gives back the request that frees enough room.
+ */
+void virtqueue_pool_set_limit(VirtQueuePool *pool, unsigned int max_in_flight,
+                              void (*wake)(void *opaque), void *opaque);
+
+/* Whether the popping thread may take another request now */
+bool virtqueue_pool_may_take(VirtQueuePool *pool);
+
 /* Every object must have been given back. */
 void virtqueue_pool_free(VirtQueuePool *pool);
 
