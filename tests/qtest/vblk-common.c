@@ -462,132 +462,271 @@ static uint64_t write_tables(VblkDev *d, VblkIo *ios, int n, uint64_t slab)
     return table;
 }
 
-/*
- * The engine of vblk_run(); with @expect_reset, it returns -1 as soon as
- * the device reports NEEDS_RESET, and fails if a request completes.  With
- * @give_up_at, it stops waiting then and returns -2, leaving the guest
- * memory of the requests in flight to the device.  *@finished counts the
- * requests that completed.
- */
-static int run_batch(VblkDev *d, VblkIo *ios, int n, bool expect_reset,
-                     gint64 give_up_at, int *finished_out)
+struct VblkBatch {
+    VblkDev *d;
+    VblkIo *ios;
+    int n;
+    uint8_t *slots;             /* headers and status bytes, host copy */
+    bool *done;
+    uint64_t *tables;           /* each request's indirect table */
+    uint64_t slab;              /* the same in guest RAM */
+    uint64_t table;             /* all indirect tables */
+    gint64 deadline;
+    int next, finished, out_of_order;
+    gulong backoff;
+};
+
+static void batch_free(VblkBatch *b)
 {
-    g_autofree uint8_t *slots = g_malloc0((size_t)n * SLOT_SIZE);
-    g_autofree bool *done = g_new0(bool, n);
-    g_autofree uint64_t *tables = g_new0(uint64_t, n);
-    uint64_t slab = guest_alloc(&d->alloc, (size_t)n * SLOT_SIZE);
-    uint64_t table = write_tables(d, ios, n, slab), pos = table;
-    gint64 deadline = g_get_monotonic_time() + VBLK_TIMEOUT_US;
-    int i, next = 0, finished = 0, out_of_order = 0;
-    gulong backoff = 0;
+    guest_free(&b->d->alloc, b->slab);
+    if (b->table) {
+        guest_free(&b->d->alloc, b->table);
+    }
+    g_free(b->slots);
+    g_free(b->done);
+    g_free(b->tables);
+    g_free(b);
+}
+
+/* Submit as much as fits, kick, take completions; returns how many */
+static int batch_round(VblkBatch *b)
+{
+    VblkDev *d = b->d;
+    int reaped = 0;
     unsigned q;
 
+    /* Fill every queue as far as it goes, in order */
+    while (b->next < b->n &&
+           submit(d, &b->ios[b->next], b->next, b->slab,
+                  b->tables[b->next])) {
+        b->next++;
+    }
+    for (q = 0; q < d->nvqs; q++) {
+        kick(d, q);
+    }
+    for (q = 0; q < d->nvqs; q++) {
+        reaped += reap(d, q, b->ios, b->done, &b->out_of_order);
+    }
+    b->finished += reaped;
+    return reaped;
+}
+
+/* Poll gently: the device needs the CPU more than we do */
+static void batch_backoff(VblkBatch *b, int reaped)
+{
+    if (reaped) {
+        b->deadline = g_get_monotonic_time() + VBLK_TIMEOUT_US;
+        b->backoff = 0;
+    } else {
+        g_assert(g_get_monotonic_time() < b->deadline);
+        b->backoff = MIN(MAX(b->backoff * 2, 50), 2000);
+        g_usleep(b->backoff);
+    }
+}
+
+VblkBatch *vblk_batch_start(VblkDev *d, VblkIo *ios, int n)
+{
+    VblkBatch *b = g_new0(VblkBatch, 1);
+    uint64_t pos;
+    int i;
+    unsigned q;
+
+    b->d = d;
+    b->ios = ios;
+    b->n = n;
+    b->slots = g_malloc0((size_t)n * SLOT_SIZE);
+    b->done = g_new0(bool, n);
+    b->tables = g_new0(uint64_t, n);
+    b->slab = guest_alloc(&d->alloc, (size_t)n * SLOT_SIZE);
+    b->table = write_tables(d, ios, n, b->slab);
+    b->deadline = g_get_monotonic_time() + VBLK_TIMEOUT_US;
+    pos = b->table;
     for (i = 0; i < n; i++) {
-        struct virtio_blk_outhdr *hdr = (void *)&slots[i * SLOT_SIZE];
+        struct virtio_blk_outhdr *hdr = (void *)&b->slots[i * SLOT_SIZE];
 
         hdr->type = cpu_to_le32(ios[i].type);
         hdr->sector = cpu_to_le64(ios[i].offset / VBLK_SECTOR);
-        slots[i * SLOT_SIZE + 16] = 0xff;
+        b->slots[i * SLOT_SIZE + 16] = 0xff;
         g_assert_cmpuint(ios[i].q, <, d->nvqs);
         if (ios[i].indirect) {
-            tables[i] = pos;
+            b->tables[i] = pos;
             pos += (ios[i].nsegs + 2) * sizeof(struct vring_desc);
         }
     }
-    bufwrite(d->qts, slab, slots, (size_t)n * SLOT_SIZE);
+    bufwrite(d->qts, b->slab, b->slots, (size_t)n * SLOT_SIZE);
     for (q = 0; q < d->nvqs; q++) {
         d->queues[q].last_done = -1;
     }
+    batch_round(b);
+    return b;
+}
 
-    while (finished < n) {
-        int reaped = 0;
+int vblk_batch_wait(VblkBatch *b)
+{
+    VblkDev *d = b->d;
+    int i, out_of_order;
 
-        *finished_out = finished;
-        if (give_up_at && g_get_monotonic_time() >= give_up_at) {
-            return -2;
-        }
-
-        /* Fill every queue as far as it goes, in order */
-        while (next < n && submit(d, &ios[next], next, slab, tables[next])) {
-            next++;
-        }
-        for (q = 0; q < d->nvqs; q++) {
-            kick(d, q);
-        }
-        for (q = 0; q < d->nvqs; q++) {
-            reaped += reap(d, q, ios, done, &out_of_order);
-        }
-        finished += reaped;
-        if (expect_reset) {
-            g_assert_cmpint(reaped, ==, 0);
-            if (vblk_device_status(d) & VIRTIO_CONFIG_S_NEEDS_RESET) {
-                guest_free(&d->alloc, slab);
-                if (table) {
-                    guest_free(&d->alloc, table);
-                }
-                return -1;
-            }
-        }
-        /* Poll gently: the device needs the CPU more than we do */
-        if (reaped) {
-            deadline = g_get_monotonic_time() + VBLK_TIMEOUT_US;
-            backoff = 0;
-        } else {
-            g_assert(g_get_monotonic_time() < deadline);
-            backoff = MIN(MAX(backoff * 2, 50), 2000);
-            g_usleep(backoff);
-        }
+    while (b->finished < b->n) {
+        batch_backoff(b, batch_round(b));
     }
-
-    *finished_out = finished;
-    bufread(d->qts, slab, slots, (size_t)n * SLOT_SIZE);
-    for (i = 0; i < n; i++) {
-        ios[i].status = slots[i * SLOT_SIZE + 16];
+    bufread(d->qts, b->slab, b->slots, (size_t)b->n * SLOT_SIZE);
+    for (i = 0; i < b->n; i++) {
+        b->ios[i].status = b->slots[i * SLOT_SIZE + 16];
     }
-
-    guest_free(&d->alloc, slab);
-    if (table) {
-        guest_free(&d->alloc, table);
-    }
+    out_of_order = b->out_of_order;
+    batch_free(b);
     return out_of_order;
+}
+
+int vblk_batch_completed(VblkBatch *b)
+{
+    return b->finished;
 }
 
 int vblk_run(VblkDev *d, VblkIo *ios, int n)
 {
-    int finished;
-
-    return run_batch(d, ios, n, false, 0, &finished);
+    return vblk_batch_wait(vblk_batch_start(d, ios, n));
 }
 
 int vblk_run_for(VblkDev *d, VblkIo *ios, int n, gint64 budget_us)
 {
+    gint64 give_up = g_get_monotonic_time() + budget_us;
+    VblkBatch *b = vblk_batch_start(d, ios, n);
     int finished;
 
-    run_batch(d, ios, n, false, g_get_monotonic_time() + budget_us,
-              &finished);
+    while (b->finished < n && g_get_monotonic_time() < give_up) {
+        batch_backoff(b, batch_round(b));
+    }
+    finished = b->finished;
+    if (finished == n) {
+        vblk_batch_wait(b);
+    } else {
+        /* The device may still write the slab and tables: leave them be */
+        g_free(b->slots);
+        g_free(b->done);
+        g_free(b->tables);
+        g_free(b);
+    }
     return finished;
 }
 
 void vblk_run_expect_reset(VblkDev *d, VblkIo *io)
 {
-    int finished;
+    VblkBatch *b = vblk_batch_start(d, io, 1);
 
-    g_assert_cmpint(run_batch(d, io, 1, true, 0, &finished), ==, -1);
+    /* The device must not complete it, and must say NEEDS_RESET */
+    for (;;) {
+        g_assert_cmpint(b->finished, ==, 0);
+        if (vblk_device_status(d) & VIRTIO_CONFIG_S_NEEDS_RESET) {
+            break;
+        }
+        batch_backoff(b, 0);
+        batch_round(b);
+    }
+    batch_free(b);
     vblk_reset(d);
+}
+
+int vblk_raw_batch(VblkDev *d, unsigned q, const struct vring_desc *descs,
+                   int ndescs, const uint16_t *heads, int nheads,
+                   struct vring_used_elem *used, bool *reset)
+{
+    QVirtQueue *vq = d->vqs[q];
+    VblkQueue *vbq = &d->queues[q];
+    gint64 deadline = g_get_monotonic_time() + VBLK_TIMEOUT_US;
+    g_autofree uint16_t *le = g_new(uint16_t, nheads);
+    uint16_t avail = vbq->avail_idx;
+    int i, got = 0;
+    gulong backoff = 0;
+
+    g_assert_cmpint(ndescs, <=, vq->size);
+    g_assert_cmpint(nheads, <=, vq->size);
+    qtest_memwrite(d->qts, vq->desc, descs, ndescs * sizeof(descs[0]));
+    for (i = 0; i < nheads; i++) {
+        uint16_t slot = (avail + i) % vq->size;
+
+        qtest_writew(d->qts, vq->avail + 4 + 2 * slot, heads[i]);
+    }
+    vbq->avail_idx += nheads;
+    qtest_writew(d->qts, vq->avail + 2, vbq->avail_idx);
+    d->vdev->bus->virtqueue_kick(d->vdev, vq);
+
+    *reset = false;
+    while (got < nheads) {
+        uint16_t idx = qtest_readw(d->qts, vq->used + 2);
+        uint16_t n = idx - vbq->last_used;
+
+        g_assert_cmpuint(n, <=, nheads - got);
+        for (i = 0; i < n; i++) {
+            uint16_t slot = (vbq->last_used + i) % vq->size;
+
+            qtest_memread(d->qts, vq->used + 4 + slot * sizeof(used[0]),
+                          &used[got + i], sizeof(used[0]));
+            used[got + i].id = le32_to_cpu(used[got + i].id);
+            used[got + i].len = le32_to_cpu(used[got + i].len);
+        }
+        got += n;
+        vbq->last_used = idx;
+        if (got == nheads) {
+            break;
+        }
+        if (n) {
+            backoff = 0;
+            continue;
+        }
+        if (vblk_device_status(d) & VIRTIO_CONFIG_S_NEEDS_RESET) {
+            *reset = true;
+            break;
+        }
+        g_assert(g_get_monotonic_time() < deadline);
+        backoff = MIN(MAX(backoff * 2, 20), 1000);
+        g_usleep(backoff);
+    }
+    return got;
 }
 
 bool vblk_raw_chain(VblkDev *d, unsigned q, const struct vring_desc *descs,
                     int n, uint8_t *status, uint64_t status_gpa)
 {
+    struct vring_used_elem used;
+    uint16_t head = 0;
+    bool reset;
+
+    if (!vblk_raw_batch(d, q, descs, n, &head, 1, &used, &reset)) {
+        g_assert_true(reset);
+    } else if (status) {
+        *status = qtest_readb(d->qts, status_gpa);
+    }
+    vblk_reset(d);
+    return reset;
+}
+
+bool vblk_packed_chain(VblkDev *d, unsigned q,
+                       const struct vring_packed_desc *descs, int n,
+                       uint8_t *status, uint64_t status_gpa,
+                       uint16_t *used_id)
+{
     QVirtQueue *vq = d->vqs[q];
+    g_autofree struct vring_packed_desc *ring =
+        g_new(struct vring_packed_desc, n);
+    struct vring_packed_desc used;
     gint64 deadline = g_get_monotonic_time() + VBLK_TIMEOUT_US;
     bool reset = false;
+    int i;
 
+    /*
+     * Fresh from a reset, the driver's wrap counter is 1: a descriptor is
+     * available with AVAIL set and USED clear, used with both set.
+     */
+    g_assert_true(d->extra_features & (1ull << VIRTIO_F_RING_PACKED));
     g_assert_cmpint(n, <=, vq->size);
-    qtest_memwrite(d->qts, vq->desc, descs, n * sizeof(descs[0]));
-    qtest_writew(d->qts, vq->avail + 4 + 2 * (d->queues[q].avail_idx %
-                                              vq->size), 0);
-    qtest_writew(d->qts, vq->avail + 2, ++d->queues[q].avail_idx);
+    for (i = 0; i < n; i++) {
+        ring[i] = descs[i];
+        ring[i].flags = cpu_to_le16((le16_to_cpu(descs[i].flags) |
+                                     1 << VRING_PACKED_DESC_F_AVAIL) &
+                                    ~(1 << VRING_PACKED_DESC_F_USED));
+    }
+    qtest_memwrite(d->qts, vq->desc, ring, n * sizeof(ring[0]));
     d->vdev->bus->virtqueue_kick(d->vdev, vq);
 
     for (;;) {
@@ -595,9 +734,13 @@ bool vblk_raw_chain(VblkDev *d, unsigned q, const struct vring_desc *descs,
             reset = true;
             break;
         }
-        if (qtest_readw(d->qts, vq->used + 2) != d->queues[q].last_used) {
+        qtest_memread(d->qts, vq->desc, &used, sizeof(used));
+        if (le16_to_cpu(used.flags) & (1 << VRING_PACKED_DESC_F_USED)) {
             if (status) {
                 *status = qtest_readb(d->qts, status_gpa);
+            }
+            if (used_id) {
+                *used_id = le16_to_cpu(used.id);
             }
             break;
         }

@@ -95,6 +95,18 @@ char *vblk_make_image_in(const char *dir, uint64_t size);
 int vblk_run(VblkDev *d, VblkIo *ios, int n);
 
 /*
+ * vblk_run() in two halves, so that a test can act while requests are in
+ * flight: vblk_batch_start() submits as many of @ios as the queues hold
+ * and kicks, vblk_batch_wait() submits the rest and waits for all of them
+ * (and frees the batch).  @ios must stay valid until then.
+ */
+typedef struct VblkBatch VblkBatch;
+VblkBatch *vblk_batch_start(VblkDev *d, VblkIo *ios, int n);
+int vblk_batch_wait(VblkBatch *b);
+/* How many of the batch's requests have completed so far */
+int vblk_batch_completed(VblkBatch *b);
+
+/*
  * vblk_run(), but stop waiting after @budget_us: returns how many requests
  * completed.  The rest stay in flight with their guest memory; reset the
  * device before the next vblk_run().
@@ -111,6 +123,17 @@ void vblk_write_read(VblkDev *d, VblkIo *ios, int n, unsigned gen);
 void vblk_run_expect_reset(VblkDev *d, VblkIo *io);
 
 /*
+ * Write @ndescs raw descriptors at the start of queue @q's table, make
+ * the @nheads heads available and kick once.  Wait until the device has
+ * used all of them or says NEEDS_RESET (*@reset).  Returns how many the
+ * device used, their used elements (in CPU byte order) in @used.  The
+ * device is not reset: after NEEDS_RESET, call vblk_reset().
+ */
+int vblk_raw_batch(VblkDev *d, unsigned q, const struct vring_desc *descs,
+                   int ndescs, const uint16_t *heads, int nheads,
+                   struct vring_used_elem *used, bool *reset);
+
+/*
  * Write @n raw descriptors at the start of queue @q's table, make the one
  * at index 0 available and kick.  Returns true when the device answers
  * with NEEDS_RESET, false when it completes the chain (status in
@@ -118,6 +141,17 @@ void vblk_run_expect_reset(VblkDev *d, VblkIo *io);
  */
 bool vblk_raw_chain(VblkDev *d, unsigned q, const struct vring_desc *descs,
                     int n, uint8_t *status, uint64_t status_gpa);
+
+/*
+ * The same on a packed ring (the device must have been reset with
+ * VIRTIO_F_RING_PACKED in @d->extra_features): @descs go into slots 0 to
+ * @n - 1, marked available (the AVAIL and USED flags are set here), and
+ * the buffer id the device returns is put in @used_id.
+ */
+bool vblk_packed_chain(VblkDev *d, unsigned q,
+                       const struct vring_packed_desc *descs, int n,
+                       uint8_t *status, uint64_t status_gpa,
+                       uint16_t *used_id);
 
 /* Put @io's data (pattern of generation @gen) in guest RAM and the shadow */
 void vblk_fill(VblkDev *d, const VblkIo *io, unsigned gen);

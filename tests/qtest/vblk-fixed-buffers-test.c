@@ -543,6 +543,53 @@ static uint64_t dimm_address(QTestState *qts)
     return addr;
 }
 
+/* Plug a DIMM of @size bytes of hugepages in, as @id; returns its address */
+static uint64_t dimm_plug(VblkDev *d, const char *id, uint64_t size)
+{
+    g_autofree char *mem = g_strdup_printf("mem-%s", id);
+
+    qmp_ok(d->qts, "{'execute': 'object-add', 'arguments': {"
+           "'qom-type': 'memory-backend-memfd', 'id': %s,"
+           "'size': %" PRIu64 ", 'hugetlb': true}}", mem, size);
+    qmp_ok(d->qts, "{'execute': 'device_add', 'arguments': {"
+           "'driver': 'pc-dimm', 'id': %s, 'memdev': %s}}", id, mem);
+    return dimm_address(d->qts);
+}
+
+/* Unplug it the way a guest does: select the slot, eject it; delete it */
+static void dimm_unplug(VblkDev *d, const char *id)
+{
+    g_autofree char *mem = g_strdup_printf("mem-%s", id);
+
+    qmp_ok(d->qts, "{'execute': 'device_del', 'arguments': {'id': %s}}", id);
+    qtest_outl(d->qts, 0xa00, 0);
+    qtest_outb(d->qts, 0xa14, 8);
+    qtest_qmp_eventwait(d->qts, "DEVICE_DELETED");
+    qmp_ok(d->qts, "{'execute': 'object-del', 'arguments': {'id': %s}}",
+           mem);
+}
+
+/*
+ * The RAMBlock goes once RCU lets go of it: wait until the registry holds
+ * @registered bytes again.  Returns x-query-io-uring-buffers then.
+ */
+static QDict *wait_registered(VblkDev *d, uint64_t registered)
+{
+    QDict *info;
+    int i;
+
+    for (i = 0; i < 500; i++) {
+        info = vblk_fixed_info(d);
+        if (qdict_get_int(info, "registered-bytes") == registered) {
+            return info;
+        }
+        qobject_unref(info);
+        g_usleep(10 * 1000);
+    }
+    g_error("the registry still holds more than %" PRIu64 " bytes",
+            registered);
+}
+
 /*
  * An offset into a freshly plugged DIMM, 4 KiB before the end of one of
  * its hugepages, that no chunk boundary follows within 64 KiB: the DIMM's
@@ -603,7 +650,7 @@ static void test_hotplug(gconstpointer opaque)
     VblkSeg seg;
     uint64_t registered, dimm;
     g_autoptr(QDict) before = NULL;
-    int reads = 0, writes = 0, i;
+    int reads = 0, writes = 0;
 
     if (!vblk_have_hugepages(384 * MiB)) {
         g_test_skip("cannot reserve 384 MiB of 2 MiB hugepages");
@@ -629,12 +676,7 @@ static void test_hotplug(gconstpointer opaque)
     registered = qdict_get_int(before, "registered-bytes");
 
     /* Plug 128 MiB in; the ring learns of it before its next request */
-    qmp_ok(d->qts, "{'execute': 'object-add', 'arguments': {"
-           "'qom-type': 'memory-backend-memfd', 'id': 'mem1',"
-           "'size': %" PRIu64 ", 'hugetlb': true}}", 128 * MiB);
-    qmp_ok(d->qts, "{'execute': 'device_add', 'arguments': {"
-           "'driver': 'pc-dimm', 'id': 'dimm1', 'memdev': 'mem1'}}");
-    dimm = dimm_address(d->qts);
+    dimm = dimm_plug(d, "dimm1", 128 * MiB);
     seg = (VblkSeg) { dimm + dimm_hugepage_edge(d, before), 64 * KiB };
     vblk_write_pattern(d, 0, 4 * MiB, &seg, 1, 2);
     vblk_read_verify(d, 0, 4 * MiB, &seg, 1);
@@ -651,28 +693,9 @@ static void test_hotplug(gconstpointer opaque)
                      qdict_get_int(info, "pinned-bytes"));
     qobject_unref(info);
 
-    /* Unplug it the way a guest does: select the slot, eject it */
-    qmp_ok(d->qts, "{'execute': 'device_del', 'arguments': {"
-           "'id': 'dimm1'}}");
-    qtest_outl(d->qts, 0xa00, 0);
-    qtest_outb(d->qts, 0xa14, 8);
-    qtest_qmp_eventwait(d->qts, "DEVICE_DELETED");
-    qmp_ok(d->qts, "{'execute': 'object-del', 'arguments': {'id': 'mem1'}}");
-
-    /*
-     * The RAMBlock goes once RCU lets go of it; from then on it is gone
-     * from the registry, from the ring and from the kernel.
-     */
-    for (i = 0; i < 500; i++) {
-        info = vblk_fixed_info(d);
-        if (qdict_get_int(info, "registered-bytes") == registered) {
-            break;
-        }
-        qobject_unref(info);
-        info = NULL;
-        g_usleep(10 * 1000);
-    }
-    g_assert_nonnull(info);
+    /* Once gone, it is gone from the registry, the ring and the kernel */
+    dimm_unplug(d, "dimm1");
+    info = wait_registered(d, registered);
     ring = vblk_fixed_ring(info, "io0");
     g_assert_true(qdict_get_bool(ring, "synced"));
     g_assert_cmpuint(qdict_get_int(ring, "bytes"), ==, registered);
@@ -688,45 +711,66 @@ static void test_hotplug(gconstpointer opaque)
 }
 
 /*
+ * Make the next QEMU run without CAP_IPC_LOCK and with an RLIMIT_MEMLOCK
+ * of @limit bytes (prlimit, then setpriv, then QEMU).  Returns the
+ * binary to give limited_qemu_end() once QEMU runs, NULL if impossible.
+ */
+static char *limited_qemu_begin(uint64_t limit)
+{
+    g_autofree char *setpriv = g_find_program_in_path("setpriv");
+    g_autofree char *prlimit = g_find_program_in_path("prlimit");
+    g_autofree char *wrapper = NULL;
+    char *qemu;
+
+    if (!setpriv || !prlimit) {
+        return NULL;
+    }
+    qemu = g_strdup(qtest_qemu_binary(NULL));
+    wrapper = g_strdup_printf("prlimit --memlock=%" PRIu64 ":%" PRIu64
+                              " setpriv --inh-caps=-ipc_lock "
+                              "--bounding-set=-ipc_lock %s", limit, limit,
+                              qemu);
+    g_setenv("QTEST_QEMU_BINARY", wrapper, true);
+    return qemu;
+}
+
+static void limited_qemu_end(char *qemu)
+{
+    g_setenv("QTEST_QEMU_BINARY", qemu, true);
+    g_free(qemu);
+}
+
+/*
  * Without CAP_IPC_LOCK and with a small RLIMIT_MEMLOCK the kernel refuses
  * to pin guest RAM: one warning, the normal path, correct data.
  */
 static void test_memlock(void)
 {
-    g_autofree char *wrapper = NULL;
-    g_autofree char *qemu = NULL;
     g_autofree char *log = NULL;
     g_autofree char *text = NULL;
     char *image;
     g_autofree char *drive = NULL;
-    g_autofree char *setpriv = g_find_program_in_path("setpriv");
-    g_autofree char *prlimit = g_find_program_in_path("prlimit");
+    char *saved;
     VblkDev *d;
     QDict *info, *ring;
     int reads = 0, writes = 0;
     int fd;
 
-    if (!setpriv || !prlimit) {
+    saved = limited_qemu_begin(MiB);
+    if (!saved) {
         g_test_skip("needs setpriv and prlimit (util-linux)");
         return;
     }
     fd = g_file_open_tmp("vblk-memlock-XXXXXX.log", &log, NULL);
     g_assert(fd >= 0);
     close(fd);
-
-    /* QEMU runs as: prlimit (1 MiB) setpriv (no CAP_IPC_LOCK) qemu */
-    wrapper = g_strdup_printf("prlimit --memlock=1048576:1048576 setpriv "
-                              "--inh-caps=-ipc_lock --bounding-set=-ipc_lock "
-                              "%s", qtest_qemu_binary(NULL));
-    qemu = g_strdup(qtest_qemu_binary(NULL));
-    g_setenv("QTEST_QEMU_BINARY", wrapper, true);
     image = vblk_make_image(DISK_SIZE);
     drive = fixed_drive(image, ",aio-fixed-buffers=on");
     d = vblk_start(256 * MiB, image, 1,
                    "-machine pc -m 256M -object iothread,id=io0 %s "
                    "-device virtio-blk-pci,id=vblk0,addr=04.0,drive=disk0,"
                    "iothread=io0 2>%s", drive, log);
-    g_setenv("QTEST_QEMU_BINARY", qemu, true);
+    limited_qemu_end(saved);
     run_shapes(d, 0, shapes_area(d), 0, 1, &writes, &reads);
     info = vblk_fixed_info(d);
     ring = vblk_fixed_ring(info, "io0");
@@ -743,6 +787,150 @@ static void test_memlock(void)
     g_assert_true(strstr(text, "RLIMIT_MEMLOCK") ==
                   g_strrstr(text, "RLIMIT_MEMLOCK"));   /* only once */
     unlink(log);
+}
+
+/* Requests of the background load: on both queues, 256 KiB in 4 pieces */
+#define LOAD_REQS 32
+#define LOAD_SIZE (256 * KiB)
+
+typedef struct Load {
+    VblkIo ios[LOAD_REQS];
+    VblkSeg segs[LOAD_REQS][4];
+    VblkBatch *batch;
+    int per_queue[2][2];        /* [queue][read, write] */
+} Load;
+
+/*
+ * Start writes (or reads, into poisoned buffers) of all of disk
+ * [0, LOAD_REQS * LOAD_SIZE) from guest RAM at @gpa, both queues.
+ */
+static void load_start(VblkDev *d, Load *l, uint64_t gpa, bool write,
+                       unsigned gen)
+{
+    int i;
+
+    for (i = 0; i < LOAD_REQS; i++) {
+        vblk_split(l->segs[i], gpa + i * LOAD_SIZE, LOAD_SIZE, 4);
+        l->ios[i] = (VblkIo) {
+            .q = i % d->nvqs,
+            .type = write ? VIRTIO_BLK_T_OUT : VIRTIO_BLK_T_IN,
+            .offset = i * LOAD_SIZE, .segs = l->segs[i], .nsegs = 4,
+        };
+        if (write) {
+            vblk_fill(d, &l->ios[i], gen);
+        } else {
+            vblk_poison(d, &l->ios[i]);
+        }
+        l->per_queue[i % d->nvqs][write]++;
+    }
+    l->batch = vblk_batch_start(d, l->ios, LOAD_REQS);
+}
+
+/* Wait for the load; every request succeeded, reads found the data */
+static void load_wait(VblkDev *d, Load *l)
+{
+    int i;
+
+    g_test_message("%d of %d requests done when the memory changed",
+                   vblk_batch_completed(l->batch), LOAD_REQS);
+    vblk_batch_wait(l->batch);
+    for (i = 0; i < LOAD_REQS; i++) {
+        g_assert_cmpint(l->ios[i].status, ==, VIRTIO_BLK_S_OK);
+        if (l->ios[i].type == VIRTIO_BLK_T_IN) {
+            vblk_check(d, &l->ios[i]);
+        }
+    }
+}
+
+/*
+ * Guest RAM comes and goes while requests are in flight on two rings:
+ * three times a hugepage DIMM is plugged in under a load of writes, used,
+ * and unplugged under a load of reads.  Every request completes with the
+ * right data, all of them as fixed operations; after each change the
+ * registry, both rings and the kernel's pin count agree.
+ */
+static void test_hotplug_load(gconstpointer opaque)
+{
+    bool clone = GPOINTER_TO_INT(opaque);
+    char *image;
+    g_autofree char *drive = NULL;
+    VblkDev *d;
+    QDict *info;
+    VblkSeg seg;
+    uint64_t registered, area, dimm;
+    Load l = { 0 };
+    int round, q, extra[2] = { 0 };
+
+    if (!vblk_have_hugepages(384 * MiB)) {
+        g_test_skip("cannot reserve 384 MiB of 2 MiB hugepages");
+        return;
+    }
+    if (!clone) {
+        g_setenv("QEMU_IO_URING_FIXED_NO_CLONE", "1", true);
+    }
+    image = vblk_make_image(DISK_SIZE);
+    drive = fixed_drive(image, ",aio-fixed-buffers=on");
+    d = vblk_start(256 * MiB, image, 2,
+                   "-machine pc,memory-backend=ram0 -m 256M,slots=2,maxmem=1G "
+                   "-object memory-backend-memfd,id=ram0,size=256M,"
+                   "hugetlb=on,hugetlbsize=2M "
+                   "-object iothread,id=io0 -object iothread,id=io1 %s "
+                   "-device '{\"driver\": \"virtio-blk-pci\", \"id\": "
+                   "\"vblk0\", \"addr\": \"04.0\", \"drive\": \"disk0\", "
+                   "\"num-queues\": 2, \"iothread-vq-mapping\": "
+                   "[{\"iothread\": \"io0\"}, {\"iothread\": \"io1\"}]}'",
+                   drive);
+    g_unsetenv("QEMU_IO_URING_FIXED_NO_CLONE");
+    area = shapes_area(d);
+    info = vblk_fixed_info(d);
+    registered = qdict_get_int(info, "registered-bytes");
+    qobject_unref(info);
+
+    for (round = 0; round < 3; round++) {
+        g_autoptr(QDict) before = vblk_fixed_info(d);
+
+        /* Plug in while writes are in flight */
+        load_start(d, &l, area, true, 10 + round);
+        dimm = dimm_plug(d, "dimm1", 128 * MiB);
+        load_wait(d, &l);
+
+        /* The new RAM goes fixed on both rings, next to the old */
+        seg = (VblkSeg) { dimm + dimm_hugepage_edge(d, before), 64 * KiB };
+        for (q = 0; q < 2; q++) {
+            vblk_write_pattern(d, q, 12 * MiB + q * MiB, &seg, 1,
+                               20 + round);
+            vblk_read_verify(d, q, 12 * MiB + q * MiB, &seg, 1);
+            extra[q] += 2;
+        }
+        info = vblk_fixed_info(d);
+        g_assert_cmpuint(qdict_get_int(info, "registered-bytes"), ==,
+                         registered + 128 * MiB);
+        qobject_unref(info);
+
+        /* Unplug while reads are in flight (none of them in the DIMM) */
+        load_start(d, &l, area + 8 * MiB, false, 0);
+        dimm_unplug(d, "dimm1");
+        load_wait(d, &l);
+
+        info = wait_registered(d, registered);
+        for (q = 0; q < 2; q++) {
+            QDict *ring = vblk_fixed_ring(info, q ? "io1" : "io0");
+
+            g_assert_true(qdict_get_bool(ring, "synced"));
+            g_assert_cmpuint(qdict_get_int(ring, "bytes"), ==, registered);
+        }
+        g_assert_cmpuint(vm_pinned(qtest_pid(d->qts)), ==,
+                         qdict_get_int(info, "pinned-bytes"));
+        qobject_unref(info);
+    }
+
+    info = vblk_fixed_info(d);
+    assert_ring(info, "io0", l.per_queue[0][0] + extra[0] / 2,
+                l.per_queue[0][1] + extra[0] / 2);
+    assert_ring(info, "io1", l.per_queue[1][0] + extra[1] / 2,
+                l.per_queue[1][1] + extra[1] / 2);
+    qobject_unref(info);
+    vblk_stop(d);
 }
 
 int main(int argc, char **argv)
@@ -764,5 +952,9 @@ int main(int argc, char **argv)
     qtest_add_data_func("/vblk-fixed/hotplug/per-ring", GINT_TO_POINTER(0),
                         test_hotplug);
     qtest_add_func("/vblk-fixed/memlock", test_memlock);
+    qtest_add_data_func("/vblk-fixed/hotplug-under-load/clone",
+                        GINT_TO_POINTER(1), test_hotplug_load);
+    qtest_add_data_func("/vblk-fixed/hotplug-under-load/per-ring",
+                        GINT_TO_POINTER(0), test_hotplug_load);
     return g_test_run();
 }

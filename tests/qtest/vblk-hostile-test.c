@@ -93,6 +93,24 @@ static void expect_status(VblkDev *d, const char *what,
     g_assert_cmpint(status, ==, expected);
 }
 
+/*
+ * An indirect table of @n entries at TABLE: the header, @n - 2 data
+ * segments of 512 bytes (readable, or device-writable for a read), the
+ * status byte.
+ */
+static void write_long_table(VblkDev *d, int n, bool chained)
+{
+    g_autofree struct vring_desc *t = g_new(struct vring_desc, n);
+    int i;
+
+    t[0] = desc(HDR, 16, chained ? N : 0, 1);
+    for (i = 1; i < n - 1; i++) {
+        t[i] = desc(DATA + (i % 8) * 512, 512, W | (chained ? N : 0), i + 1);
+    }
+    t[n - 1] = desc(STATUS, 1, W, 0);
+    qtest_memwrite(d->qts, TABLE, t, n * sizeof(t[0]));
+}
+
 static void test_split_chains(void)
 {
     VblkDev *d = start("");
@@ -122,11 +140,26 @@ static void test_split_chains(void)
         expect_reset(d, "indirect table not a multiple of 16", odd, 1);
     }
     {
+        /* A table whose only entry points at another table */
         struct vring_desc nested[] = { desc(TABLE, 16, I, 0) };
 
         t[0] = desc(TABLE + 64, 48, I, 0);
         qtest_memwrite(d->qts, TABLE, t, 16);
-        expect_reset(d, "nested indirect", nested, 1);
+        expect_reset(d, "nested indirect, alone", nested, 1);
+    }
+    {
+        /*
+         * INDIRECT on a data entry of a table: QEMU does not follow it
+         * (nor check it), the entry is a data buffer like any other.
+         */
+        struct vring_desc nested[] = { desc(TABLE, 48, I, 0) };
+
+        t[0] = desc(HDR, 16, N, 1);
+        t[1] = desc(DATA, 512, W | I | N, 2);
+        t[2] = desc(STATUS, 1, W, 0);
+        qtest_memwrite(d->qts, TABLE, t, sizeof(t));
+        expect_status(d, "nested indirect among data", nested, 1,
+                      VIRTIO_BLK_S_OK);
     }
     {
         /*
@@ -180,6 +213,259 @@ static void test_split_chains(void)
         };
         expect_reset(d, "writable and readable reversed", reversed, 3);
     }
+    {
+        struct vring_desc far[] = { desc(16 * GiB, 48, I, 0) };
+        expect_reset(d, "indirect table outside guest RAM", far, 1);
+    }
+    {
+        struct vring_desc huge[] = { desc(TABLE, 0xfffffff0, I, 0) };
+        expect_reset(d, "indirect table of 4 GiB", huge, 1);
+    }
+    {
+        /* 1100 entries: more than VIRTQUEUE_MAX_SIZE (1024) in one chain */
+        struct vring_desc longer[] = { desc(TABLE, 1100 * 16, I, 0) };
+
+        write_long_table(d, 1100, true);
+        expect_reset(d, "indirect chain longer than 1024", longer, 1);
+    }
+    {
+        /*
+         * Header and status byte where no RAM is: both go through the
+         * bounce buffer, the header reads as whatever unassigned memory
+         * gives, the status goes nowhere, and the request completes.
+         */
+        struct vring_desc nohdr[] = {
+            desc(16 * GiB, 16, N, 1), desc(16 * GiB + 4096, 1, W, 0),
+        };
+        g_test_message("header and status outside guest RAM: completes");
+        g_assert_false(vblk_raw_chain(d, 0, nohdr, 2, NULL, 0));
+    }
+    still_works(d, gen++);
+    vblk_stop(d);
+}
+
+/*
+ * Buffers in the device's own registers.  A read whose data lands on its
+ * common configuration writes the disk's zeroes over it (device status 0
+ * resets the device) from the device's own completion, in its IOThread:
+ * QEMU 10.2.2 aborts there (aio_wait_bh_oneshot: Assertion
+ * `qemu_get_current_aio_context() == qemu_get_aio_context()' failed).
+ * Now the device refuses such buffers, as it does any broken chain.
+ */
+static void test_own_registers(void)
+{
+    VblkDev *d = start("");
+    uint64_t common = d->pdev->bar.addr + d->pdev->common_cfg_offset;
+    uint64_t notify = d->pdev->bar.addr + d->pdev->notify_cfg_offset;
+    struct vring_desc in[] = {
+        desc(HDR, 16, N, 1), desc(common, 64, W | N, 2),
+        desc(STATUS, 1, W, 0),
+    };
+    struct vring_desc out[] = {
+        desc(HDR, 16, N, 1), desc(notify, 512, N, 2), desc(STATUS, 1, W, 0),
+    };
+
+    still_works(d, 1);
+    write_header(d, VIRTIO_BLK_T_IN, 0);
+    expect_reset(d, "read into the device's common configuration", in, 3);
+    still_works(d, 2);
+    write_header(d, VIRTIO_BLK_T_OUT, 0);
+    expect_reset(d, "write from the device's notification area", out, 3);
+    write_header(d, VIRTIO_BLK_T_IN, 0);
+    still_works(d, 3);
+    vblk_stop(d);
+}
+
+static struct vring_packed_desc pdesc(uint64_t addr, uint32_t len,
+                                      uint16_t flags, uint16_t id)
+{
+    return (struct vring_packed_desc) {
+        .addr = cpu_to_le64(addr), .len = cpu_to_le32(len),
+        .id = cpu_to_le16(id), .flags = cpu_to_le16(flags),
+    };
+}
+
+/* Reset the device onto a packed ring, or back onto a split ring */
+static void use_packed(VblkDev *d, bool packed)
+{
+    d->extra_features = packed ? 1ull << VIRTIO_F_RING_PACKED : 0;
+    vblk_reset(d);
+}
+
+static void expect_packed_reset(VblkDev *d, const char *what,
+                                const struct vring_packed_desc *descs, int n)
+{
+    g_test_message("packed: %s: NEEDS_RESET", what);
+    g_assert_true(vblk_packed_chain(d, 0, descs, n, NULL, 0, NULL));
+}
+
+static void expect_packed_status(VblkDev *d, const char *what,
+                                 const struct vring_packed_desc *descs, int n,
+                                 uint8_t expected)
+{
+    uint8_t status = 0xff;
+    uint16_t id = 0;
+
+    g_test_message("packed: %s: status %d", what, expected);
+    g_assert_false(vblk_packed_chain(d, 0, descs, n, &status, STATUS, &id));
+    g_assert_cmpint(status, ==, expected);
+    /* The id is the one in the chain's last descriptor */
+    g_assert_cmpint(id, ==, le16_to_cpu(descs[n - 1].id));
+}
+
+/*
+ * The packed ring against the same rules as the split ring, and the
+ * requests the device itself must refuse.  Descriptors of a packed ring
+ * have no 'next': a chain is consecutive slots, flagged NEXT but the last.
+ */
+static void test_packed_chains(void)
+{
+    VblkDev *d = start(",packed=on");
+    g_autofree struct vring_packed_desc *ring = NULL;
+    struct vring_packed_desc t[3];
+    uint64_t sectors = d->capacity / VBLK_SECTOR;
+    unsigned gen = 1, i, size;
+
+    still_works(d, gen++);
+    use_packed(d, true);
+    size = d->vqs[0]->size;
+
+    write_header(d, VIRTIO_BLK_T_IN, 0);
+    {
+        struct vring_packed_desc ok[] = {
+            pdesc(HDR, 16, N, 0), pdesc(DATA, 512, W | N, 0),
+            pdesc(STATUS, 1, W, 7),
+        };
+        expect_packed_status(d, "a valid read (the driver works)", ok, 3,
+                             VIRTIO_BLK_S_OK);
+    }
+    {
+        /* Every slot flagged NEXT: the chain runs round the ring */
+        ring = g_new(struct vring_packed_desc, size);
+        ring[0] = pdesc(HDR, 16, N, 0);
+        for (i = 1; i < size; i++) {
+            ring[i] = pdesc(DATA, 512, N, 0);
+        }
+        expect_packed_reset(d, "chain longer than the queue", ring, size);
+    }
+    {
+        struct vring_packed_desc odd[] = { pdesc(TABLE, 24, I, 0) };
+        expect_packed_reset(d, "indirect table not a multiple of 16", odd, 1);
+    }
+    {
+        struct vring_packed_desc far[] = { pdesc(16 * GiB, 48, I, 0) };
+        expect_packed_reset(d, "indirect table outside guest RAM", far, 1);
+    }
+    {
+        struct vring_packed_desc huge[] = { pdesc(TABLE, 0xfffffff0, I, 0) };
+        expect_packed_reset(d, "indirect table of 4 GiB", huge, 1);
+    }
+    {
+        /* The packed ring takes every entry of a table, flags or not */
+        struct vring_packed_desc longer[] = { pdesc(TABLE, 1100 * 16, I, 0) };
+        g_autofree struct vring_packed_desc *lt =
+            g_new(struct vring_packed_desc, 1100);
+
+        lt[0] = pdesc(HDR, 16, 0, 0);
+        for (i = 1; i < 1099; i++) {
+            lt[i] = pdesc(DATA + (i % 8) * 512, 512, W, 0);
+        }
+        lt[1099] = pdesc(STATUS, 1, W, 0);
+        qtest_memwrite(d->qts, TABLE, lt, 1100 * sizeof(lt[0]));
+        expect_packed_reset(d, "indirect chain longer than 1024", longer, 1);
+    }
+    {
+        /*
+         * An indirect descriptor inside a table: the packed ring does not
+         * follow it, it is a data buffer like any other.
+         */
+        struct vring_packed_desc nested[] = { pdesc(TABLE, 48, I, 9) };
+
+        t[0] = pdesc(HDR, 16, 0, 0);
+        t[1] = pdesc(DATA, 512, W | I, 0);
+        t[2] = pdesc(STATUS, 1, W, 0);
+        qtest_memwrite(d->qts, TABLE, t, sizeof(t));
+        expect_packed_status(d, "nested indirect", nested, 1,
+                             VIRTIO_BLK_S_OK);
+    }
+    {
+        struct vring_packed_desc short_hdr[] = {
+            pdesc(HDR, 8, N, 0), pdesc(STATUS, 1, W, 0),
+        };
+        expect_packed_reset(d, "header shorter than 16 bytes", short_hdr, 2);
+    }
+    {
+        struct vring_packed_desc no_status[] = { pdesc(HDR, 16, 0, 0) };
+        expect_packed_reset(d, "no status byte", no_status, 1);
+    }
+    {
+        struct vring_packed_desc reversed[] = {
+            pdesc(HDR, 16, W | N, 0), pdesc(DATA, 512, N, 0),
+            pdesc(STATUS, 1, 0, 0),
+        };
+        expect_packed_reset(d, "writable and readable reversed", reversed, 3);
+    }
+    {
+        struct vring_packed_desc zero[] = {
+            pdesc(HDR, 16, N, 0), pdesc(DATA, 0, W | N, 0),
+            pdesc(STATUS, 1, W, 0),
+        };
+        expect_packed_reset(d, "zero-length data descriptor", zero, 3);
+    }
+    {
+        struct vring_packed_desc outside[] = {
+            pdesc(HDR, 16, N, 0), pdesc(16 * GiB, 4096, W | N, 0),
+            pdesc(STATUS, 1, W, 1),
+        };
+        expect_packed_status(d, "data outside guest RAM", outside, 3,
+                             VIRTIO_BLK_S_OK);
+    }
+    {
+        struct vring_packed_desc mmio[] = {
+            pdesc(HDR, 16, N, 0), pdesc(0xfebf0000, 4096, W | N, 0),
+            pdesc(STATUS, 1, W, 2),
+        };
+        expect_packed_status(d, "data in MMIO space", mmio, 3,
+                             VIRTIO_BLK_S_OK);
+    }
+    {
+        /* Buffer ids are the driver's business: any value comes back */
+        struct vring_packed_desc id[] = {
+            pdesc(HDR, 16, N, 0), pdesc(DATA, 512, W | N, 0),
+            pdesc(STATUS, 1, W, 0xffff),
+        };
+        expect_packed_status(d, "buffer id beyond the queue size", id, 3,
+                             VIRTIO_BLK_S_OK);
+    }
+    {
+        struct vring_packed_desc rw[] = {
+            pdesc(HDR, 16, N, 0), pdesc(DATA, 512, W | N, 0),
+            pdesc(STATUS, 1, W, 3),
+        };
+
+        write_header(d, VIRTIO_BLK_T_IN, sectors);
+        expect_packed_status(d, "read past the end of the disk", rw, 3,
+                             VIRTIO_BLK_S_IOERR);
+        write_header(d, VIRTIO_BLK_T_IN, sectors - 1);
+        rw[1].len = cpu_to_le32(1024);
+        expect_packed_status(d, "read across the end of the disk", rw, 3,
+                             VIRTIO_BLK_S_IOERR);
+        write_header(d, VIRTIO_BLK_T_IN, UINT64_MAX / 256);
+        expect_packed_status(d, "sector number that overflows", rw, 3,
+                             VIRTIO_BLK_S_IOERR);
+        write_header(d, 0x7fff, 0);
+        expect_packed_status(d, "unsupported request type", rw, 3,
+                             VIRTIO_BLK_S_UNSUPP);
+        /* A write past the end writes nothing (the image is checked) */
+        rw[1].flags = cpu_to_le16(N);
+        write_header(d, VIRTIO_BLK_T_OUT, sectors - 1);
+        expect_packed_status(d, "write across the end of the disk", rw, 3,
+                             VIRTIO_BLK_S_IOERR);
+        write_header(d, VIRTIO_BLK_T_IN, 0);
+    }
+
+    /* QEMU is alive; back on a split ring, the device works */
+    use_packed(d, false);
     still_works(d, gen++);
     vblk_stop(d);
 }
@@ -230,6 +516,8 @@ int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
     qtest_add_func("/vblk-hostile/split-chains", test_split_chains);
+    qtest_add_func("/vblk-hostile/own-registers", test_own_registers);
+    qtest_add_func("/vblk-hostile/packed-chains", test_packed_chains);
     qtest_add_func("/vblk-hostile/packed-indirect-zero",
                    test_packed_indirect_zero);
     return g_test_run();
