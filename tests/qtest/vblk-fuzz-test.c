@@ -112,7 +112,24 @@ static uint64_t table_addr(Fuzz *f, int c)
     return f->tables + c * 4096;
 }
 
-static void write_hdr(Fuzz *f, int c, uint32_t type, uint64_t sector)
+/*
+ * A garbage chain's own header and indirect table.  Its descriptors have
+ * random lengths, up to 4 GiB: they start above everything that valid
+ * chains use (headers, status bytes, tables, data), so that whatever the
+ * junk reads or writes, it cannot reach another chain's memory.
+ */
+static uint64_t junk_hdr_addr(Fuzz *f, int c)
+{
+    return f->scratch + MiB + c * 8 * KiB;
+}
+
+static uint64_t junk_table_addr(Fuzz *f, int c)
+{
+    return junk_hdr_addr(f, c) + 4 * KiB;
+}
+
+static void write_hdr_at(Fuzz *f, uint64_t gpa, uint32_t type,
+                         uint64_t sector)
 {
     struct virtio_blk_outhdr hdr = {
         .type = cpu_to_le32(type), .sector = cpu_to_le64(sector),
@@ -121,7 +138,12 @@ static void write_hdr(Fuzz *f, int c, uint32_t type, uint64_t sector)
 
     memcpy(buf, &hdr, 16);
     buf[16] = 0xff;
-    qtest_memwrite(f->d->qts, hdr_addr(f, c), buf, sizeof(buf));
+    qtest_memwrite(f->d->qts, gpa, buf, sizeof(buf));
+}
+
+static void write_hdr(Fuzz *f, int c, uint32_t type, uint64_t sector)
+{
+    write_hdr_at(f, hdr_addr(f, c), type, sector);
 }
 
 /* A sector of the junk half of the disk */
@@ -185,6 +207,26 @@ static int data_descs(Fuzz *f, struct vring_desc *t, uint16_t first,
         done += piece;
     }
     return n;
+}
+
+/*
+ * Following NEXT from the head of a direct chain at @tab[@base] stays in
+ * its own @n entries, or leaves the table: never into the next chain.
+ */
+static void assert_own_entries(Fuzz *f, const struct vring_desc *tab,
+                               uint16_t base, int n)
+{
+    uint16_t i = base;
+    int steps;
+
+    for (steps = 0; steps <= n && i < f->qsize; steps++) {
+        g_assert_cmpuint(i, >=, base);
+        g_assert_cmpuint(i, <, base + n);
+        if (!(le16_to_cpu(tab[i].flags) & N)) {
+            break;
+        }
+        i = le16_to_cpu(tab[i].next);
+    }
 }
 
 /*
@@ -283,6 +325,7 @@ static void build(Fuzz *f, int c, Chain *ch, struct vring_desc *tab,
         }
         break;
     case GARBAGE:
+        write_hdr_at(f, junk_hdr_addr(f, c), ch->type, sector);
         n = 1 + rnd(f, 6);
         for (i = 0; i < n; i++) {
             static const uint16_t flag_sets[] = {
@@ -290,27 +333,31 @@ static void build(Fuzz *f, int c, Chain *ch, struct vring_desc *tab,
             };
             /*
              * Within the chain or off the table: never into another
-             * chain, whose buffers the junk could then overwrite.
+             * chain, whose buffers the junk could then overwrite.  In the
+             * ring's table, the entry after a direct chain's last one is
+             * the next chain's head: only an indirect table ends there.
              */
-            uint16_t next = rnd(f, 4) ? base + i + 1 :
+            uint16_t next = rnd(f, 4) && (i + 1 < n || indirect) ?
+                            base + i + 1 :
                             rnd(f, 2) ? base + rnd(f, n) :
                             f->qsize + rnd(f, 0x10000 - f->qsize);
 
-            t[i] = desc(rnd(f, 2) ? junk_addr(f) : hdr_addr(f, c),
+            t[i] = desc(rnd(f, 2) ? junk_addr(f) : junk_hdr_addr(f, c),
                         junk_len(f), flag_sets[rnd(f, ARRAY_SIZE(flag_sets))],
                         next);
             if (le16_to_cpu(t[i].flags) & I) {
                 t[i].addr = cpu_to_le64(rnd(f, 2) ? junk_addr(f) :
-                                        table_addr(f, c));
+                                        junk_table_addr(f, c));
             }
         }
         if (!rnd(f, 2)) {
-            write_hdr(f, c, rnd(f, 2) ? rnd(f, 20) : g_rand_int(f->rand),
-                      rnd(f, 2) ? junk_sector(f) :
-                      (uint64_t)g_rand_int(f->rand) << 32);
+            write_hdr_at(f, junk_hdr_addr(f, c),
+                         rnd(f, 2) ? rnd(f, 20) : g_rand_int(f->rand),
+                         rnd(f, 2) ? junk_sector(f) :
+                         (uint64_t)g_rand_int(f->rand) << 32);
         }
         /* The table may hold the junk as well */
-        qtest_memwrite(d->qts, table_addr(f, c), t, n * sizeof(t[0]));
+        qtest_memwrite(d->qts, junk_table_addr(f, c), t, n * sizeof(t[0]));
         break;
     default:
         break;
@@ -318,6 +365,7 @@ static void build(Fuzz *f, int c, Chain *ch, struct vring_desc *tab,
 
     if (!indirect) {
         memcpy(&tab[*used], t, n * sizeof(t[0]));
+        assert_own_entries(f, tab, *used, n);
         ch->head = *used;
         *used += n;
         return;
