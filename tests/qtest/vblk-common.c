@@ -583,6 +583,12 @@ int vblk_batch_completed(VblkBatch *b)
     return b->finished;
 }
 
+int vblk_batch_poll(VblkBatch *b)
+{
+    batch_round(b);
+    return b->finished;
+}
+
 int vblk_run(VblkDev *d, VblkIo *ios, int n)
 {
     return vblk_batch_wait(vblk_batch_start(d, ios, n));

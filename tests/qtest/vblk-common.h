@@ -105,6 +105,8 @@ VblkBatch *vblk_batch_start(VblkDev *d, VblkIo *ios, int n);
 int vblk_batch_wait(VblkBatch *b);
 /* How many of the batch's requests have completed so far */
 int vblk_batch_completed(VblkBatch *b);
+/* Take the completions the device has made, without waiting; how many */
+int vblk_batch_poll(VblkBatch *b);
 
 /*
  * vblk_run(), but stop waiting after @budget_us: returns how many requests

@@ -3,16 +3,18 @@
  * virtio-blk on a failing disk: blkdebug injects EIO into reads or writes,
  * once or for good, under each error policy of the device (rerror/werror
  * report, ignore, stop).  The guest sees IOERR exactly where the policy
- * says so; with stop, the VM pauses with the failed requests parked, and
- * after 'cont' they are retried and complete with the right data.  Each
+ * says so; with stop, the VM pauses with the failed request parked, and
+ * after 'cont' it is retried and completes with the right data.  Each
  * case runs over aio=threads and over io_uring with fixed buffers, where
  * the counters show that every request that reached the disk went fixed.
  */
 
 #include "qemu/osdep.h"
+#include "qemu/timer.h"
 #include "qemu/units.h"
 #include "qobject/qdict.h"
 #include "qobject/qjson.h"
+#include "qobject/qlist.h"
 #include "qobject/qstring.h"
 #include "standard-headers/linux/virtio_blk.h"
 #include "vblk-common.h"
@@ -20,6 +22,7 @@
 #define DISK_SIZE (16 * MiB)
 #define IO_SIZE (64 * KiB)
 #define NREQ 4                      /* requests in flight at once */
+#define WAIT_US (10 * 1000 * 1000)  /* for an event, or a retried request */
 
 typedef struct Backend {
     const char *name;
@@ -37,7 +40,7 @@ typedef struct Case {
     const char *name;
     bool write;                     /* writes fail, or reads */
     const char *policy;             /* report, ignore, stop */
-    bool once;                      /* fail once, or until told to stop */
+    bool once;                      /* fail once, or until healed */
 } Case;
 
 static const Case cases[] = {
@@ -65,16 +68,35 @@ typedef struct Ctx {
 } Ctx;
 
 /*
- * blkdebug between the raw format and the file: in state 1 the chosen
- * kind of I/O fails with EIO (once, or every time) where it covers sector
- * FAIL_SECTOR, that is request 1 of NREQ; a write of zeroes (which the
- * guest never sends) moves to state 2, where nothing fails.  Only the
- * disk's start is read when the device is created, so FAIL_SECTOR is
- * well clear of it.
+ * The stack is raw (disk0) -> blkdebug (dbg0) -> file (file0).  In
+ * blkdebug state 1, the chosen kind of I/O fails with EIO (once, or every
+ * time) where it covers sector FAIL_SECTOR, that is request FAIL_REQ of
+ * NREQ.  The device reads sector 0 when it is created (geometry guess),
+ * so the sector must be clear of the disk's start, or a 'once' rule would
+ * be spent there.
+ *
+ * Healing moves blkdebug to state 2, whose only rule (errno 0) fails
+ * nothing and replaces the failing rule in blkdebug's list of active
+ * rules.  The trigger must be an event the guest never causes:
+ *  - read_aio (a read through the raw node, from a backup job or HMP
+ *    qemu-io) is also what every guest read causes, and the device's
+ *    geometry read at start-up, so a read case would heal itself;
+ *  - flush_to_os/flush_to_disk: stopping the VM flushes;
+ *  - pwritev_zero, a write of zeroes, which this guest never sends.
+ * HMP 'qemu-io disk0 "write ..."' cannot write: it attaches a new
+ * BlockBackend to the node and asks for the write permission, which the
+ * device does not share (share-rw=off).  'qemu-io -d' uses the device's
+ * own BlockBackend, which holds it (the QOM path of the virtio-blk device
+ * inside virtio-blk-pci, relative to /machine/peripheral).  qemu-io prints
+ * to QEMU's stdout, not to the monitor (so the reply says nothing either
+ * way; hence -q): the test checks instead that the write reached the file
+ * (wr_highest_offset of file0).  The write of zeroes goes to the disk's
+ * last sector, which holds zeroes already and no request touches.
  */
 #define FAIL_REQ 1
 #define FAIL_SECTOR (FAIL_REQ * MiB / VBLK_SECTOR)
-#define HEAL "qemu-io -d /machine/peripheral/vblk0/virtio-backend \"write -z 16776704 512\""
+#define HEAL_OFFSET (DISK_SIZE - VBLK_SECTOR)
+
 static VblkDev *start(const Test *t)
 {
     const Case *c = t->c;
@@ -121,6 +143,7 @@ static void prepare_writes(Ctx *x, VblkIo *ios, VblkSeg *segs, unsigned gen)
     }
 }
 
+/* NREQ reads into poisoned buffers (not where the writes come from) */
 static void prepare_reads(Ctx *x, VblkIo *ios, VblkSeg *segs)
 {
     int i;
@@ -167,10 +190,42 @@ static void verify_all(Ctx *x)
     x->reached += NREQ;
 }
 
+/*
+ * The next event called @name, waiting at most WAIT_US (events before it
+ * are dropped).  libqtest takes events off the socket only while it waits
+ * for a reply, hence the query-status.
+ */
+static QDict *wait_event(Ctx *x, const char *name)
+{
+    gint64 deadline = g_get_monotonic_time() + WAIT_US;
+    QDict *ev;
+
+    while (!(ev = qtest_qmp_event_ref(x->d->qts, name))) {
+        if (g_get_monotonic_time() > deadline) {
+            g_error("no %s event within %d s", name, WAIT_US / 1000000);
+        }
+        g_usleep(10 * 1000);
+        qobject_unref(qtest_qmp(x->d->qts, "{'execute': 'query-status'}"));
+    }
+    return ev;
+}
+
+/*
+ * QEMU sends BLOCK_IO_ERROR with action report or ignore at most once a
+ * second (monitor_qapi_event_conf; action stop is not limited), and
+ * holds the next one back until the second is over.  Under qtest that is
+ * a second of the virtual clock, which moves only when told to: let it
+ * pass, so that an event held back is sent now and the next goes at once.
+ */
+static void pass_rate_limit(Ctx *x)
+{
+    qtest_clock_step(x->d->qts, NANOSECONDS_PER_SECOND);
+}
+
 /* A BLOCK_IO_ERROR event for the failing operation, with @action */
 static void expect_io_error(Ctx *x, const char *action)
 {
-    QDict *ev = qtest_qmp_eventwait_ref(x->d->qts, "BLOCK_IO_ERROR");
+    QDict *ev = wait_event(x, "BLOCK_IO_ERROR");
     QDict *data = qdict_get_qdict(ev, "data");
 
     g_assert_cmpstr(qdict_get_str(data, "node-name"), ==, "disk0");
@@ -178,6 +233,17 @@ static void expect_io_error(Ctx *x, const char *action)
                     x->t->c->write ? "write" : "read");
     g_assert_cmpstr(qdict_get_str(data, "action"), ==, action);
     qobject_unref(ev);
+    if (strcmp(action, "stop")) {
+        pass_rate_limit(x);
+    }
+}
+
+/* No BLOCK_IO_ERROR event since the last one taken, nor one held back */
+static void expect_no_io_error(Ctx *x)
+{
+    pass_rate_limit(x);
+    qobject_unref(qtest_qmp(x->d->qts, "{'execute': 'query-status'}"));
+    g_assert_null(qtest_qmp_event_ref(x->d->qts, "BLOCK_IO_ERROR"));
 }
 
 static const char *run_state(Ctx *x)
@@ -191,13 +257,50 @@ static const char *run_state(Ctx *x)
     return state;
 }
 
-static void save(Ctx *x, uint8_t *saved)
+/* The event of an error with action stop, then the VM pauses */
+static void expect_stop(Ctx *x)
 {
-    int i;
+    expect_io_error(x, "stop");
+    qobject_unref(wait_event(x, "STOP"));
+    g_assert_cmpstr(run_state(x), ==, "io-error");
+}
 
-    for (i = 0; i < NREQ; i++) {
-        memcpy(saved + i * IO_SIZE, x->d->shadow + i * MiB, IO_SIZE);
+/* wr_highest_offset of node @node_name */
+static int64_t wr_highest_offset(Ctx *x, const char *node_name)
+{
+    QDict *rsp = qtest_qmp(x->d->qts, "{'execute': 'query-blockstats', "
+                           "'arguments': {'query-nodes': true}}");
+    QListEntry *e;
+    int64_t offset = -1;
+
+    QLIST_FOREACH_ENTRY(qdict_get_qlist(rsp, "return"), e) {
+        QDict *s = qobject_to(QDict, qlist_entry_obj(e));
+
+        if (!g_strcmp0(qdict_get_try_str(s, "node-name"), node_name)) {
+            offset = qdict_get_int(qdict_get_qdict(s, "stats"),
+                                   "wr_highest_offset");
+        }
     }
+    qobject_unref(rsp);
+    g_assert_cmpint(offset, >=, 0);
+    return offset;
+}
+
+/* Heal the disk: a write of zeroes moves blkdebug to state 2 (see above) */
+static void heal(Ctx *x)
+{
+    g_autofree char *cmd = g_strdup_printf(
+        "qemu-io -d vblk0/virtio-backend \"write -q -z %" PRIu64 " %d\"",
+        (uint64_t)HEAL_OFFSET, VBLK_SECTOR);
+    QDict *rsp;
+
+    g_assert_cmpint(wr_highest_offset(x, "file0"), <, DISK_SIZE);
+    rsp = qtest_qmp(x->d->qts, "{'execute': 'human-monitor-command', "
+                    "'arguments': {'command-line': %s}}", cmd);
+    g_assert_cmpstr(qdict_get_str(rsp, "return"), ==, "");
+    qobject_unref(rsp);
+    /* It went through blkdebug (past the set-state event) to the file */
+    g_assert_cmpint(wr_highest_offset(x, "file0"), ==, DISK_SIZE);
 }
 
 /*
@@ -221,19 +324,11 @@ static void prepare_one(Ctx *x, VblkIo *io, VblkSeg *seg, int i,
     }
 }
 
-/* Heal the disk: a write of zeroes at its end moves blkdebug on */
-static void heal(Ctx *x)
-{
-    QDict *rsp = qtest_qmp(x->d->qts, "{'execute': 'human-monitor-command', "
-                           "'arguments': {'command-line': %s}}", HEAL);
-
-    g_test_message("%s: %s", HEAL, qdict_get_str(rsp, "return"));
-    g_assert_nonnull(strstr(qdict_get_str(rsp, "return"),
-                            "wrote 512/512 bytes"));
-    qobject_unref(rsp);
-}
-
-/* report: IOERR for the failed requests, the others go through */
+/*
+ * report: IOERR for the failed request and a BLOCK_IO_ERROR event, the
+ * others go through; a 'once' error is gone in the second round, a
+ * lasting one hits again.  The VM keeps running.
+ */
 static void run_report(Ctx *x)
 {
     const Case *c = x->t->c;
@@ -253,6 +348,7 @@ static void run_report(Ctx *x)
                 g_assert_true(!c->once || round == 0);
                 ioerr++;
                 if (c->write) {
+                    /* Nothing reached the disk: it keeps the old data */
                     memcpy(x->d->shadow + io.offset, saved, IO_SIZE);
                 }
                 expect_io_error(x, "report");
@@ -265,21 +361,27 @@ static void run_report(Ctx *x)
             }
         }
         g_assert_cmpint(ioerr, ==, c->once ? (round == 0) : 1);
+        expect_no_io_error(x);
         g_assert_cmpstr(run_state(x), ==, "running");
     }
 }
 
-/* ignore: the guest is told all is well; the data did not move */
+/*
+ * ignore: the guest is told all is well (management gets the event); the
+ * data did not move: a failed write left the disk as it was, a failed
+ * read left the guest's buffer as it was.
+ */
 static void run_ignore(Ctx *x)
 {
     const Case *c = x->t->c;
-    g_autofree uint8_t *saved = g_malloc(NREQ * IO_SIZE);
+    g_autofree uint8_t *saved = g_malloc(IO_SIZE);
+    g_autofree uint8_t *buf = g_malloc(IO_SIZE);
     VblkIo ios[NREQ];
     VblkSeg segs[NREQ];
     int i, j;
 
     if (c->write) {
-        save(x, saved);
+        memcpy(saved, x->d->shadow + FAIL_REQ * MiB, IO_SIZE);
         prepare_writes(x, ios, segs, 20);
     } else {
         prepare_reads(x, ios, segs);
@@ -289,18 +391,16 @@ static void run_ignore(Ctx *x)
         g_assert_cmpint(ios[i].status, ==, VIRTIO_BLK_S_OK);
     }
     expect_io_error(x, "ignore");
+    expect_no_io_error(x);
     g_assert_cmpstr(run_state(x), ==, "running");
     x->reached += NREQ - 1;
     if (c->write) {
         /* Request FAIL_REQ wrote nothing: verify_all() finds old data */
-        memcpy(x->d->shadow + ios[FAIL_REQ].offset,
-               saved + FAIL_REQ * IO_SIZE, IO_SIZE);
+        memcpy(x->d->shadow + ios[FAIL_REQ].offset, saved, IO_SIZE);
         return;
     }
     /* Request FAIL_REQ read nothing: its buffer still holds the poison */
     for (i = 0; i < NREQ; i++) {
-        g_autofree uint8_t *buf = g_malloc(IO_SIZE);
-
         if (i != FAIL_REQ) {
             vblk_check(x->d, &ios[i]);
             continue;
@@ -312,16 +412,21 @@ static void run_ignore(Ctx *x)
     }
 }
 
-/* Requests of @b completed so far, without waiting */
-static int completed_now(VblkBatch *b)
+/* Requests of @b done after @us of waiting: none completes meanwhile */
+static int parked(VblkBatch *b, gulong us)
 {
-    return vblk_batch_completed(b);
+    int done = vblk_batch_poll(b);
+
+    g_usleep(us);
+    g_assert_cmpint(vblk_batch_poll(b), ==, done);
+    return done;
 }
 
 /*
- * stop: the VM pauses with the failed requests parked, not completed; a
- * failure that lasts stops it again on each 'cont'; once the disk is
- * well, 'cont' retries them and they complete with the right data.
+ * stop: the VM pauses (STOP, status io-error) with the failed request
+ * parked, not completed, while the others complete.  A failure that lasts
+ * stops the VM again on 'cont'; once the disk is well, 'cont' retries the
+ * request and it completes with the right data, without another error.
  */
 static void run_stop(Ctx *x)
 {
@@ -329,7 +434,8 @@ static void run_stop(Ctx *x)
     VblkIo ios[NREQ];
     VblkSeg segs[NREQ];
     VblkBatch *b;
-    int i, done;
+    gint64 deadline;
+    int i;
 
     if (c->write) {
         prepare_writes(x, ios, segs, 30);
@@ -337,31 +443,31 @@ static void run_stop(Ctx *x)
         prepare_reads(x, ios, segs);
     }
     b = vblk_batch_start(x->d, ios, NREQ);
-    expect_io_error(x, "stop");
-    qtest_qmp_eventwait(x->d->qts, "STOP");
-    g_assert_cmpstr(run_state(x), ==, "io-error");
-
-    /* Parked: at least one request stays incomplete while stopped */
-    g_usleep(200 * 1000);
-    done = completed_now(b);
-    g_usleep(200 * 1000);
-    g_assert_cmpint(completed_now(b), ==, done);
-    g_assert_cmpint(done, ==, NREQ - 1);
-    g_test_message("%d of %d requests parked", NREQ - done, NREQ);
+    expect_stop(x);
+    /* Stopping drained the disk: the others have completed */
+    g_assert_cmpint(parked(b, 200 * 1000), ==, NREQ - 1);
 
     if (!c->once) {
         /* Still failing: 'cont' retries, fails and stops again */
         qtest_qmp_assert_success(x->d->qts, "{'execute': 'cont'}");
-        expect_io_error(x, "stop");
-        qtest_qmp_eventwait(x->d->qts, "STOP");
-        g_assert_cmpstr(run_state(x), ==, "io-error");
-        g_assert_cmpint(completed_now(b), <, NREQ);
-
+        expect_stop(x);
+        g_assert_cmpint(parked(b, 100 * 1000), ==, NREQ - 1);
         heal(x);
+        g_assert_cmpstr(run_state(x), ==, "io-error");
+        g_assert_cmpint(parked(b, 0), ==, NREQ - 1);
     }
 
     qtest_qmp_assert_success(x->d->qts, "{'execute': 'cont'}");
+    deadline = g_get_monotonic_time() + WAIT_US;
+    while (vblk_batch_poll(b) < NREQ) {
+        if (g_str_equal(run_state(x), "io-error")) {
+            g_error("stopped again after 'cont': the retry failed");
+        }
+        g_assert_cmpint(g_get_monotonic_time(), <, deadline);
+        g_usleep(1000);
+    }
     vblk_batch_wait(b);
+    expect_no_io_error(x);
     g_assert_cmpstr(run_state(x), ==, "running");
     for (i = 0; i < NREQ; i++) {
         g_assert_cmpint(ios[i].status, ==, VIRTIO_BLK_S_OK);
@@ -377,6 +483,7 @@ static void test_disk_errors(gconstpointer opaque)
     const Test *t = opaque;
     Ctx x = { .t = t };
     QDict *info, *ring;
+    GString *json;
 
     x.d = start(t);
     if (!t->c->write) {
@@ -391,19 +498,25 @@ static void test_disk_errors(gconstpointer opaque)
     }
 
     if (!t->c->once && !g_str_equal(t->c->policy, "stop")) {
-        heal(&x);   /* for the final check (stop did already) */
+        /* Healed, the failing kind of request goes through (stop did) */
+        heal(&x);
+        if (t->c->write) {
+            write_all(&x, 40);
+        }
     }
     verify_all(&x);
+    expect_no_io_error(&x);
 
     if (t->backend->fixed) {
         /* Every request that reached the disk went as a fixed operation */
         info = vblk_fixed_info(x.d);
         ring = vblk_fixed_ring(info, "io0");
         g_assert_nonnull(ring);
-        g_test_message("ring io0: %s", qobject_to_json(QOBJECT(ring))->str);
+        json = qobject_to_json(QOBJECT(ring));
+        g_test_message("ring io0: %s", json->str);
+        g_string_free(json, true);
         g_assert_cmpint(qdict_get_int(ring, "fixed-reads") +
                         qdict_get_int(ring, "fixed-writes"), ==, x.reached);
-
         qobject_unref(info);
     }
     vblk_stop(x.d);
