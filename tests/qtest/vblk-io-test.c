@@ -356,9 +356,10 @@ static void many_queues(const Backend *b, unsigned nvqs, unsigned depth,
 }
 
 /*
- * 256 queues are 64 deep here: 65536 requests in flight at once make QEMU
- * spend minutes in coroutine stack mappings (one mmap each), which is a
- * finding for the device model work, not something to wait for in a test.
+ * 256 queues x 256 puts 65536 requests in the rings at once.  The device
+ * keeps in flight only what coroutine stacks allow at the host's
+ * vm.max_map_count (about 59 per queue at the default 65530), so the test
+ * leaves the limit as it is: raising it would have QEMU map 65536 stacks.
  */
 static void test_64_queues(const Backend *b)
 {
@@ -367,7 +368,7 @@ static void test_64_queues(const Backend *b)
 
 static void test_256_queues(const Backend *b)
 {
-    many_queues(b, 256, 64, 512, false, true);
+    many_queues(b, 256, 256, 512, false, false);
 }
 
 static void test_64_queues_2_iothreads(const Backend *b)
@@ -377,7 +378,7 @@ static void test_64_queues_2_iothreads(const Backend *b)
 
 static void test_256_queues_2_iothreads(const Backend *b)
 {
-    many_queues(b, 256, 64, 512, true, true);
+    many_queues(b, 256, 256, 512, true, false);
 }
 
 /*
