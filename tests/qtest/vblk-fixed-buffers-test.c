@@ -6,6 +6,7 @@
  */
 
 #include "qemu/osdep.h"
+#include <sys/resource.h>
 #include "qemu/units.h"
 #include "qobject/qdict.h"
 #include "qobject/qjson.h"
@@ -712,24 +713,46 @@ static void test_hotplug(gconstpointer opaque)
 
 /*
  * Make the next QEMU run without CAP_IPC_LOCK and with an RLIMIT_MEMLOCK
- * of @limit bytes (prlimit, then setpriv, then QEMU).  Returns the
- * binary to give limited_qemu_end() once QEMU runs, NULL if impossible.
+ * of @limit bytes (prlimit, then setpriv, then QEMU).  io_uring charges
+ * what it pins, and the memory of every ring, to the *user*
+ * (user_struct.locked_vm) and checks that sum against the limit of the
+ * process that registers; so QEMU runs as a user ID of its own, where no
+ * other process (another test's limited QEMU, or our previous QEMU, whose
+ * rings the kernel frees asynchronously) counts.  It keeps
+ * CAP_DAC_OVERRIDE to open the image and the qtest sockets.
+ *
+ * Returns the binary to give limited_qemu_end() once QEMU runs, NULL if
+ * impossible: no setpriv or prlimit, or @limit above a hard limit this
+ * process cannot raise (without CAP_SYS_RESOURCE; prlimit would fail
+ * before QEMU starts, and qtest wait 50 s for a connection).
  */
 static char *limited_qemu_begin(uint64_t limit)
 {
+    static unsigned runs;
     g_autofree char *setpriv = g_find_program_in_path("setpriv");
     g_autofree char *prlimit = g_find_program_in_path("prlimit");
+    g_autofree char *probe = NULL;
     g_autofree char *wrapper = NULL;
+    unsigned uid = 0x40000000 + ((getpid() & 0x3fffff) << 6) + (runs++ & 63);
+    int status;
     char *qemu;
 
     if (!setpriv || !prlimit) {
         return NULL;
     }
+    probe = g_strdup_printf("prlimit --memlock=%" PRIu64 ":%" PRIu64 " true",
+                            limit, limit);
+    if (!g_spawn_command_line_sync(probe, NULL, NULL, &status, NULL) ||
+        !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        return NULL;
+    }
     qemu = g_strdup(qtest_qemu_binary(NULL));
     wrapper = g_strdup_printf("prlimit --memlock=%" PRIu64 ":%" PRIu64
-                              " setpriv --inh-caps=-ipc_lock "
-                              "--bounding-set=-ipc_lock %s", limit, limit,
-                              qemu);
+                              " setpriv --reuid=%u --regid=%u --clear-groups "
+                              "--inh-caps=-all,+dac_override "
+                              "--ambient-caps=-all,+dac_override "
+                              "--bounding-set=-ipc_lock %s",
+                              limit, limit, uid, uid, qemu);
     g_setenv("QTEST_QEMU_BINARY", wrapper, true);
     return qemu;
 }
@@ -758,7 +781,8 @@ static void test_memlock(void)
 
     saved = limited_qemu_begin(MiB);
     if (!saved) {
-        g_test_skip("needs setpriv and prlimit (util-linux)");
+        g_test_skip("needs setpriv and prlimit (util-linux) and a hard "
+                    "RLIMIT_MEMLOCK of 1 MiB");
         return;
     }
     fd = g_file_open_tmp("vblk-memlock-XXXXXX.log", &log, NULL);
@@ -789,7 +813,7 @@ static void test_memlock(void)
     unlink(log);
 }
 
-/* Requests of the background load: on both queues, 256 KiB in 4 pieces */
+/* Requests of the background load: on both queues, 4 pieces each */
 #define LOAD_REQS 32
 #define LOAD_SIZE (256 * KiB)
 
@@ -802,19 +826,20 @@ typedef struct Load {
 
 /*
  * Start writes (or reads, into poisoned buffers) of all of disk
- * [0, LOAD_REQS * LOAD_SIZE) from guest RAM at @gpa, both queues.
+ * [0, LOAD_REQS * @size) from guest RAM at @gpa, both queues, requests
+ * of @size bytes.
  */
-static void load_start(VblkDev *d, Load *l, uint64_t gpa, bool write,
-                       unsigned gen)
+static void load_start(VblkDev *d, Load *l, uint64_t gpa, uint32_t size,
+                       bool write, unsigned gen)
 {
     int i;
 
     for (i = 0; i < LOAD_REQS; i++) {
-        vblk_split(l->segs[i], gpa + i * LOAD_SIZE, LOAD_SIZE, 4);
+        vblk_split(l->segs[i], gpa + i * size, size, 4);
         l->ios[i] = (VblkIo) {
             .q = i % d->nvqs,
             .type = write ? VIRTIO_BLK_T_OUT : VIRTIO_BLK_T_IN,
-            .offset = i * LOAD_SIZE, .segs = l->segs[i], .nsegs = 4,
+            .offset = i * size, .segs = l->segs[i], .nsegs = 4,
         };
         if (write) {
             vblk_fill(d, &l->ios[i], gen);
@@ -890,7 +915,7 @@ static void test_hotplug_load(gconstpointer opaque)
         g_autoptr(QDict) before = vblk_fixed_info(d);
 
         /* Plug in while writes are in flight */
-        load_start(d, &l, area, true, 10 + round);
+        load_start(d, &l, area, LOAD_SIZE, true, 10 + round);
         dimm = dimm_plug(d, "dimm1", 128 * MiB);
         load_wait(d, &l);
 
@@ -908,7 +933,7 @@ static void test_hotplug_load(gconstpointer opaque)
         qobject_unref(info);
 
         /* Unplug while reads are in flight (none of them in the DIMM) */
-        load_start(d, &l, area + 8 * MiB, false, 0);
+        load_start(d, &l, area + 8 * MiB, LOAD_SIZE, false, 0);
         dimm_unplug(d, "dimm1");
         load_wait(d, &l);
 
@@ -931,6 +956,344 @@ static void test_hotplug_load(gconstpointer opaque)
                 l.per_queue[1][1] + extra[1] / 2);
     qobject_unref(info);
     vblk_stop(d);
+}
+
+/*
+ * What io_uring charges to the user's locked memory for the rings of
+ * process @pid, besides registered buffers: each ring's SQEs (64 bytes
+ * each) and its rings region (16 bytes a CQE, 4 a SQ array entry, and a
+ * header of less than 256 bytes), in whole pages.
+ */
+static uint64_t rings_memlock(pid_t pid)
+{
+    g_autofree char *dir = g_strdup_printf("/proc/%d/fd", pid);
+    GDir *fds = g_dir_open(dir, 0, NULL);
+    const char *name;
+    uint64_t total = 0;
+
+    g_assert_nonnull(fds);
+    while ((name = g_dir_read_name(fds))) {
+        g_autofree char *link = g_build_filename(dir, name, NULL);
+        g_autofree char *target = g_file_read_link(link, NULL);
+        g_autofree char *path = NULL;
+        g_autofree char *info = NULL;
+        char *sq, *cq;
+        uint64_t sqes, cqes;
+
+        if (g_strcmp0(target, "anon_inode:[io_uring]")) {
+            continue;
+        }
+        path = g_strdup_printf("/proc/%d/fdinfo/%s", pid, name);
+        g_assert(g_file_get_contents(path, &info, NULL, NULL));
+        sq = strstr(info, "SqMask:");
+        cq = strstr(info, "CqMask:");
+        g_assert(sq && cq);
+        sqes = g_ascii_strtoull(sq + strlen("SqMask:"), NULL, 0) + 1;
+        cqes = g_ascii_strtoull(cq + strlen("CqMask:"), NULL, 0) + 1;
+        total += QEMU_ALIGN_UP(sqes * 64, 4096) +
+                 QEMU_ALIGN_UP(256 + cqes * 16 + sqes * 4, 4096);
+    }
+    g_dir_close(fds);
+    return total;
+}
+
+/* How often @needle occurs in @text */
+static int count_of(const char *text, const char *needle)
+{
+    int n = 0;
+
+    for (text = strstr(text, needle); text; text = strstr(text + 1, needle)) {
+        n++;
+    }
+    return n;
+}
+
+static int log_count(const char *log, const char *needle)
+{
+    g_autofree char *text = NULL;
+
+    g_assert(g_file_get_contents(log, &text, NULL, NULL));
+    return count_of(text, needle);
+}
+
+/*
+ * Base guest RAM of one 2 MiB hugepage, a DIMM of 16 MiB of them: the
+ * limit leaves less than a hugepage free once base RAM is pinned.
+ */
+#define ML_RAM (2 * MiB)
+#define ML_DIMM (16 * MiB)
+#define ML_LOAD_SIZE (16 * KiB)
+#define ML_WRITES (1 * MiB)             /* guest RAM of the write load */
+#define ML_READS (ML_WRITES + 512 * KiB) /* of the read load, and more */
+
+/*
+ * QEMU for the memlock-hotplug case, stderr to @log: two queues, on two
+ * IOThreads when guest RAM is pinned once and cloned, else on one (each
+ * ring pins base RAM for itself, and two of them would not fit in the
+ * usual hard limit of 8 MiB: 2 MiB of RAM, 2 MiB of ACPI tables' ROM and
+ * 384 KiB of firmware, each)
+ */
+static VblkDev *ml_start(bool clone, const char *log)
+{
+    char *image = vblk_make_image(DISK_SIZE);
+    g_autofree char *drive = fixed_drive(image, ",aio-fixed-buffers=on");
+    VblkDev *d;
+
+    if (!clone) {
+        g_setenv("QEMU_IO_URING_FIXED_NO_CLONE", "1", true);
+    }
+    d = vblk_start(ML_RAM, image, 2,
+                   "-nodefaults -machine pc,memory-backend=ram0 "
+                   "-m 2M,slots=2,maxmem=1G "
+                   "-object memory-backend-memfd,id=ram0,size=2M,"
+                   "hugetlb=on,hugetlbsize=2M "
+                   "-object iothread,id=io0 -object iothread,id=io1 %s "
+                   "-device '{\"driver\": \"virtio-blk-pci\", \"id\": "
+                   "\"vblk0\", \"addr\": \"04.0\", \"drive\": \"disk0\", "
+                   "\"num-queues\": 2, \"iothread-vq-mapping\": "
+                   "[{\"iothread\": \"io0\"}%s]}' 2>%s", drive,
+                   clone ? ", {\"iothread\": \"io1\"}" : "", log);
+    g_unsetenv("QEMU_IO_URING_FIXED_NO_CLONE");
+    return d;
+}
+
+/* One write and one read of 64 KiB of base RAM on each queue */
+static void ml_base_io(VblkDev *d, unsigned gen)
+{
+    VblkSeg seg = { ML_READS, 64 * KiB };
+    unsigned q;
+
+    for (q = 0; q < 2; q++) {
+        vblk_write_pattern(d, q, MiB + q * 64 * KiB, &seg, 1, gen + q);
+        vblk_read_verify(d, q, MiB + q * 64 * KiB, &seg, 1);
+    }
+}
+
+/* Every chunk of @info not in @before is the DIMM's; how many */
+static int ml_dimm_chunks(QDict *info, QDict *before, bool clone,
+                          uint64_t *bytes)
+{
+    QListEntry *e, *f;
+    int n = 0;
+
+    *bytes = 0;
+    QLIST_FOREACH_ENTRY(qdict_get_qlist(info, "chunks"), e) {
+        QDict *c = qobject_to(QDict, qlist_entry_obj(e));
+        bool old = false;
+
+        QLIST_FOREACH_ENTRY(qdict_get_qlist(before, "chunks"), f) {
+            old |= qdict_get_int(qobject_to(QDict, qlist_entry_obj(f)),
+                                 "host-address") ==
+                   qdict_get_int(c, "host-address");
+        }
+        if (old) {
+            continue;
+        }
+        /* Pinned once for all rings: refused.  Per ring: each refused. */
+        g_assert_cmpint(qdict_get_bool(c, "pinned"), ==, !clone);
+        g_assert_cmpuint(qdict_get_int(c, "page-size"), ==, 2 * MiB);
+        *bytes += qdict_get_int(c, "size");
+        n++;
+    }
+    return n;
+}
+
+/*
+ * RLIMIT_MEMLOCK (QEMU without CAP_IPC_LOCK) that holds base guest RAM
+ * but not a hugepage more: a hugepage DIMM plugged in while writes are in
+ * flight cannot be pinned.  Every request completes with the right data;
+ * on base RAM still fixed, on the DIMM the normal way (not-pinned); one
+ * warning.  Unplugged while reads are in flight, the registry, both rings
+ * and the kernel's pin count are back to base RAM.  Twice.
+ *
+ * The limit is computed, not guessed: a first QEMU, identical but with
+ * the hard limit, shows what base RAM costs once its rings have synced
+ * (VmPin: buffers; /proc/PID/fdinfo: the rings' own memory, charged to
+ * the same count); the second gets that plus 1 MiB, less than any piece
+ * of the DIMM (a multiple of 2 MiB even when a 1 GiB boundary cuts it).
+ */
+static void test_memlock_hotplug(gconstpointer opaque)
+{
+    bool clone = GPOINTER_TO_INT(opaque);
+    g_autofree char *log = NULL;
+    struct rlimit rl;
+    uint64_t hard, limit, rings, pinned, registered, dimm_bytes, dimm;
+    uint64_t probe_rings = 4 * 4096;    /* two transient 1-entry rings */
+    char *saved;
+    VblkDev *d;
+    QDict *info;
+    VblkSeg seg, segs[4];
+    Load l = { 0 };
+    int nr_rings = clone ? 2 : 1;
+    int round, q, fd, fixed[2][2] = { { 0 } }, not_pinned[2] = { 0 };
+
+    if (!vblk_have_hugepages(ML_RAM + ML_DIMM)) {
+        g_test_skip("cannot reserve 18 MiB of 2 MiB hugepages");
+        return;
+    }
+    g_assert_cmpint(getrlimit(RLIMIT_MEMLOCK, &rl), ==, 0);
+    hard = rl.rlim_max == RLIM_INFINITY ? 64 * MiB : rl.rlim_max;
+    fd = g_file_open_tmp("vblk-memlock-XXXXXX.log", &log, NULL);
+    g_assert(fd >= 0);
+    close(fd);
+
+    /* What base RAM costs, at the hard limit */
+    saved = limited_qemu_begin(hard);
+    if (!saved) {
+        g_test_skip("needs setpriv and prlimit (util-linux)");
+        unlink(log);
+        return;
+    }
+    d = ml_start(clone, log);
+    limited_qemu_end(saved);
+    ml_base_io(d, 1);
+    info = vblk_fixed_info(d);
+    registered = qdict_get_int(info, "registered-bytes");
+    pinned = qdict_get_int(info, "pinned-bytes");
+    rings = rings_memlock(qtest_pid(d->qts));
+    g_test_message("at the hard limit: %s",
+                   qobject_to_json(QOBJECT(info))->str);
+    for (q = 0; q < nr_rings; q++) {
+        QDict *ring = vblk_fixed_ring(info, q ? "io1" : "io0");
+
+        g_assert_nonnull(ring);
+        if (qdict_get_int(ring, "bytes") != registered) {
+            g_test_skip("the hard RLIMIT_MEMLOCK cannot hold base RAM");
+            qobject_unref(info);
+            vblk_stop(d);
+            unlink(log);
+            return;
+        }
+    }
+    g_assert_cmpuint(vm_pinned(qtest_pid(d->qts)), ==, pinned);
+    qobject_unref(info);
+    vblk_stop(d);
+    limit = pinned + rings + probe_rings + MiB;
+    g_test_message("base RAM pins %" PRIu64 " KiB, rings %" PRIu64
+                   " KiB: RLIMIT_MEMLOCK %" PRIu64 " KiB", pinned / KiB,
+                   rings / KiB, limit / KiB);
+
+    saved = limited_qemu_begin(limit);
+    if (!saved) {
+        g_test_skip("the hard RLIMIT_MEMLOCK is below what base RAM needs");
+        unlink(log);
+        return;
+    }
+    d = ml_start(clone, log);
+    limited_qemu_end(saved);
+    ml_base_io(d, 2);
+    for (q = 0; q < 2; q++) {
+        fixed[q % nr_rings][0]++;
+        fixed[q % nr_rings][1]++;
+    }
+    info = vblk_fixed_info(d);
+    g_assert_cmpuint(qdict_get_int(info, "registered-bytes"), ==, registered);
+    g_assert_cmpuint(qdict_get_int(info, "pinned-bytes"), ==, pinned);
+    g_assert_cmpuint(vm_pinned(qtest_pid(d->qts)), ==, pinned);
+    g_assert_cmpuint(rings_memlock(qtest_pid(d->qts)), ==, rings);
+    qobject_unref(info);
+    g_assert_cmpint(log_count(log, "warning:"), ==, 0);
+
+    for (round = 0; round < 2; round++) {
+        g_autoptr(QDict) before = vblk_fixed_info(d);
+
+        /* Plug in while writes are in flight: the kernel refuses it */
+        load_start(d, &l, ML_WRITES, ML_LOAD_SIZE, true, 10 + round);
+        dimm = dimm_plug(d, "dimm1", ML_DIMM);
+        load_wait(d, &l);
+        for (q = 0; q < 2; q++) {
+            fixed[q % nr_rings][1] += LOAD_REQS / 2;
+        }
+
+        /* The DIMM goes the normal way, one and four segments */
+        seg = (VblkSeg) { dimm + dimm_hugepage_edge(d, before), 64 * KiB };
+        for (q = 0; q < 2; q++) {
+            uint64_t off = 4 * MiB + q * MiB;
+
+            vblk_write_pattern(d, q, off, &seg, 1, 20 + round);
+            vblk_read_verify(d, q, off, &seg, 1);
+            vblk_split(segs, seg.gpa, seg.len, 4);
+            vblk_write_pattern(d, q, off + 128 * KiB, segs, 4, 30 + round);
+            vblk_read_verify(d, q, off + 128 * KiB, segs, 4);
+            not_pinned[q % nr_rings] += 4;
+        }
+        /* Base RAM beside it still goes fixed */
+        ml_base_io(d, 40 + round);
+        for (q = 0; q < 2; q++) {
+            fixed[q % nr_rings][0]++;
+            fixed[q % nr_rings][1]++;
+        }
+
+        info = vblk_fixed_info(d);
+        g_test_message("with the DIMM: %s",
+                       qobject_to_json(QOBJECT(info))->str);
+        g_assert_cmpuint(qdict_get_int(info, "registered-bytes"), ==,
+                         registered + ML_DIMM);
+        g_assert_cmpint(ml_dimm_chunks(info, before, clone, &dimm_bytes),
+                        >=, 1);
+        g_assert_cmpuint(dimm_bytes, ==, ML_DIMM);
+        g_assert_cmpuint(qdict_get_int(info, "pinned-bytes"), ==, pinned);
+        for (q = 0; q < nr_rings; q++) {
+            QDict *ring = vblk_fixed_ring(info, q ? "io1" : "io0");
+
+            g_assert_true(qdict_get_bool(ring, "synced"));
+            g_assert_false(qdict_haskey(ring, "disabled-reason"));
+            g_assert_cmpuint(qdict_get_int(ring, "bytes"), ==, registered);
+            g_assert_cmpint(vblk_ring_fallbacks(ring, "not-pinned"), ==,
+                            not_pinned[q]);
+        }
+        g_assert_cmpuint(vm_pinned(qtest_pid(d->qts)), ==, pinned);
+        qobject_unref(info);
+        /* One warning, naming the limit, however many refusals */
+        g_assert_cmpint(log_count(log, "warning:"), ==, 1);
+        g_assert_cmpint(log_count(log, "RLIMIT_MEMLOCK"), ==, 1);
+
+        /* Unplug while reads are in flight (none of them in the DIMM) */
+        load_start(d, &l, ML_READS, ML_LOAD_SIZE, false, 0);
+        dimm_unplug(d, "dimm1");
+        load_wait(d, &l);
+        for (q = 0; q < 2; q++) {
+            fixed[q % nr_rings][0] += LOAD_REQS / 2;
+        }
+
+        info = wait_registered(d, registered);
+        g_assert_cmpuint(qdict_get_int(info, "pinned-bytes"), ==, pinned);
+        for (q = 0; q < nr_rings; q++) {
+            QDict *ring = vblk_fixed_ring(info, q ? "io1" : "io0");
+
+            g_assert_true(qdict_get_bool(ring, "synced"));
+            g_assert_cmpuint(qdict_get_int(ring, "bytes"), ==, registered);
+        }
+        g_assert_cmpuint(vm_pinned(qtest_pid(d->qts)), ==, pinned);
+        qobject_unref(info);
+    }
+
+    /* Every request on base RAM was fixed, every one on the DIMM not */
+    ml_base_io(d, 50);
+    for (q = 0; q < 2; q++) {
+        fixed[q % nr_rings][0]++;
+        fixed[q % nr_rings][1]++;
+    }
+    info = vblk_fixed_info(d);
+    for (q = 0; q < nr_rings; q++) {
+        QDict *ring = vblk_fixed_ring(info, q ? "io1" : "io0");
+
+        g_test_message("ring io%d: %s", q,
+                       qobject_to_json(QOBJECT(ring))->str);
+        g_assert_cmpint(qdict_get_int(ring, "fixed-reads"), ==,
+                        fixed[q][0]);
+        g_assert_cmpint(qdict_get_int(ring, "fixed-writes"), ==,
+                        fixed[q][1]);
+        g_assert_cmpint(vblk_ring_fallbacks(ring, "not-pinned"), ==,
+                        not_pinned[q]);
+        g_assert_cmpint(vblk_ring_fallbacks(ring, "unregistered"), ==, 0);
+        g_assert_cmpint(vblk_ring_fallbacks(ring, "crosses-chunk"), ==, 0);
+        g_assert_cmpint(vblk_ring_fallbacks(ring, "efault"), ==, 0);
+    }
+    qobject_unref(info);
+    vblk_stop(d);
+    g_assert_cmpint(log_count(log, "warning:"), ==, 1);
+    unlink(log);
 }
 
 int main(int argc, char **argv)
@@ -956,5 +1319,9 @@ int main(int argc, char **argv)
                         GINT_TO_POINTER(1), test_hotplug_load);
     qtest_add_data_func("/vblk-fixed/hotplug-under-load/per-ring",
                         GINT_TO_POINTER(0), test_hotplug_load);
+    qtest_add_data_func("/vblk-fixed/memlock-hotplug/clone",
+                        GINT_TO_POINTER(1), test_memlock_hotplug);
+    qtest_add_data_func("/vblk-fixed/memlock-hotplug/per-ring",
+                        GINT_TO_POINTER(0), test_memlock_hotplug);
     return g_test_run();
 }
