@@ -332,8 +332,8 @@ void Bench::fill_descriptors(Queue& queue, uint32_t slot_index)
     Slot& slot = queue.slots[slot_index];
     const Request& request = slot.request;
     uint16_t data_flags = request.op == Op::read ? kDescWrite : 0;
-    uint32_t sectors = request.len / 512;
-    uint32_t pieces = std::clamp<uint32_t>(request.segments, 1, sectors);
+    SegmentSplit split = split_request(request.len, request.segments);
+    uint32_t pieces = split.count;
     bool indirect = options_.indirect;
     unsigned base = indirect ? 0 : slot_index * queue.chain;
     auto entry = [&](unsigned i) -> VringDesc& {
@@ -344,7 +344,7 @@ void Bench::fill_descriptors(Queue& queue, uint32_t slot_index)
     entry(0) = {slot.meta_gpa, 16, kDescNext, link(0)};
     uint64_t at = slot.buffer_gpa;
     for (uint32_t p = 0; p < pieces; p++) {
-        uint32_t len = (sectors / pieces + (p < sectors % pieces ? 1 : 0)) * 512;
+        uint32_t len = split.length(p);
         entry(p + 1) = {at, len, static_cast<uint16_t>(kDescNext | data_flags), link(p + 1)};
         at += len;
     }
@@ -555,6 +555,7 @@ RunResult Bench::run()
     uint64_t ram_size = std::max(o.mem, ram_needed());
     ram_ = std::make_unique<GuestMemory>(ram_dir(), align_up(ram_size, k2M));
     result_.guest_ram = ram_->size();
+    result_.guest_page_size = ram_->page_size();
     result_.buffers = buffers_;
 
     QemuLaunch launch;

@@ -19,6 +19,7 @@ struct RunResult {
     uint64_t features = 0;          // negotiated
     unsigned seg_max = 0;
     uint64_t guest_ram = 0;
+    uint64_t guest_page_size = 0;
     unsigned buffers = 0;           // distinct data buffers
     double seconds = 0;             // measured
     OpTotals reads, writes;

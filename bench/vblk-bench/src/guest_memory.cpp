@@ -8,6 +8,7 @@
 #include <sstream>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 namespace vblk {
@@ -89,6 +90,10 @@ GuestMemory::GuestMemory(const std::string& dir, uint64_t size)
         ::unlink(path_.c_str());
         throw BenchError("cannot size " + path_ + " to " + std::to_string(size) +
                          " bytes: " + std::strerror(err));
+    }
+    struct statfs fs{};
+    if (::fstatfs(fd, &fs) == 0) {
+        page_size_ = static_cast<uint64_t>(fs.f_bsize);
     }
     void* map = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     int err = errno;

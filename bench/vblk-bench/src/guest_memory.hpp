@@ -35,6 +35,8 @@ public:
 
     const std::string& path() const { return path_; }
     uint64_t size() const { return layout_.ram_size; }
+    // The page size of the file system holding it (2 MiB on hugetlbfs).
+    uint64_t page_size() const { return page_size_; }
     // Host pointer of guest-physical @gpa; throws if [gpa, gpa+len) is not RAM.
     uint8_t* host(uint64_t gpa, uint64_t len) const;
     // Reserves @len bytes aligned to @align; returns their guest address.
@@ -47,6 +49,7 @@ private:
     std::string path_;
     Q35Layout layout_;
     uint8_t* map_ = nullptr;
+    uint64_t page_size_ = 4096;
     uint64_t next_;
     bool linked_ = true;
 };

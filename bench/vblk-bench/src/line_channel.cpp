@@ -54,7 +54,7 @@ void LineChannel::send(const std::string& text)
         }
         if (n < 0) {
             if (alive_) {
-                alive_();
+                alive_(true);
             }
             throw BenchError(name_ + ": write failed: " + std::strerror(errno));
         }
@@ -94,7 +94,7 @@ bool LineChannel::fill(int timeout_ms)
     }
     if (n <= 0) {
         if (alive_) {
-            alive_();
+            alive_(true);
         }
         throw BenchError(name_ + ": QEMU closed the connection");
     }
@@ -113,7 +113,7 @@ std::string LineChannel::read_line(std::chrono::milliseconds timeout)
             deadline - std::chrono::steady_clock::now());
         if (left.count() <= 0) {
             if (alive_) {
-                alive_();
+                alive_(false);
             }
             throw BenchError(name_ + ": no answer from QEMU in " +
                              std::to_string(timeout.count() / 1000) + " s");
@@ -121,7 +121,7 @@ std::string LineChannel::read_line(std::chrono::milliseconds timeout)
         // Wake up now and then to notice a QEMU that died without closing.
         if (!fill(static_cast<int>(std::min<long>(left.count(), 200))) &&
             alive_) {
-            alive_();
+            alive_(false);
         }
     }
 }

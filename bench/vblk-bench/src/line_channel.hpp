@@ -11,8 +11,9 @@ namespace vblk {
 
 class LineChannel {
 public:
-    // Called while waiting; throws when the peer is known to be gone.
-    using AliveCheck = std::function<void()>;
+    // Called while waiting (@closed false) and when the peer closed the
+    // connection (@closed true); throws when the peer is known to be gone.
+    using AliveCheck = std::function<void(bool closed)>;
 
     LineChannel() = default;
     LineChannel(int fd, std::string name, AliveCheck alive);

@@ -124,7 +124,7 @@ Device:
 Workload:
   --rw MODE              randread, randwrite, randrw, read, write, rw [randread]
   --rwmix-read PCT       reads in randrw/rw [50]
-  --bs SIZES             4k | 4k,16k,1m | 512-64k (multiples of 512) [4k]
+  --bs SIZES             4k | 4k,16k,1m | 4k-1m (multiples of the first) [4k]
   --segments N           data segments per request (fragmentation) [1]
   --size SIZE            bytes of the disk to use [all]
   --offset SIZE          where that region starts [0]

@@ -133,7 +133,9 @@ QemuProcess::QemuProcess(const QemuLaunch& launch)
     std::vector<std::string> argv = launch.wrapper;
     argv.push_back(launch.binary);
     argv.insert(argv.end(), launch.args.begin(), launch.args.end());
-    argv.insert(argv.end(), {"-qtest", "unix:" + qtest_path, "-chardev", "socket,id=qmp0,path=" + qmp_path,
+    // Without -qtest-log, QEMU logs every doorbell to stderr.
+    argv.insert(argv.end(), {"-qtest", "unix:" + qtest_path, "-qtest-log", "/dev/null",
+                             "-chardev", "socket,id=qmp0,path=" + qmp_path,
                              "-mon", "chardev=qmp0,mode=control"});
     for (const auto& word : argv) {
         command_line_ += (command_line_.empty() ? "" : " ") + shell_quote(word);
@@ -201,7 +203,14 @@ void QemuProcess::accept_connections(std::chrono::seconds timeout)
         peer.pid > 0) {
         qemu_pid_ = peer.pid;
     }
-    auto alive = [this] { check_alive(); };
+    auto alive = [this](bool closed) {
+        if (closed) {
+            // QEMU closes its sockets just before it exits: give it the
+            // moment it needs, so that its last words are reported.
+            wait_exit(std::chrono::seconds(5));
+        }
+        check_alive();
+    };
     qtest_ = std::make_unique<QtestClient>(LineChannel(qtest_fd, "qtest", alive));
     qmp_ = std::make_unique<QmpClient>(LineChannel(qmp_fd, "QMP", alive));
 }
@@ -225,11 +234,13 @@ void QemuProcess::fail_exited(int status)
 
 void QemuProcess::check_alive()
 {
-    if (exited_) {
-        throw BenchError("QEMU is gone");
-    }
     int status = 0;
+    if (reaped_) {
+        fail_exited(exit_status_);
+    }
     if (::waitpid(child_, &status, WNOHANG) == child_) {
+        reaped_ = true;
+        exit_status_ = status;
         fail_exited(status);
     }
     if (qemu_pid_ != child_ && ::kill(qemu_pid_, 0) < 0 && errno == ESRCH) {
@@ -254,8 +265,8 @@ bool QemuProcess::wait_exit(std::chrono::milliseconds timeout)
 {
     auto deadline = std::chrono::steady_clock::now() + timeout;
     while (std::chrono::steady_clock::now() < deadline) {
-        int status = 0;
-        if (::waitpid(child_, &status, WNOHANG) == child_) {
+        if (::waitpid(child_, &exit_status_, WNOHANG) == child_) {
+            reaped_ = true;
             exited_ = true;
             return true;
         }

@@ -73,6 +73,8 @@ private:
     pid_t child_ = -1;
     pid_t qemu_pid_ = -1;
     bool exited_ = false;
+    bool reaped_ = false;
+    int exit_status_ = 0;
     std::unique_ptr<QtestClient> qtest_;
     std::unique_ptr<QmpClient> qmp_;
 };

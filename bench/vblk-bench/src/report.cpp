@@ -68,13 +68,14 @@ Json result_json(const Options& o, const RunResult& r)
     Json json = {
         {"config", {
             {"target", o.target}, {"aio", o.aio}, {"fixed_buffers", o.fixed_buffers},
-            {"hugepages", o.hugepages}, {"rw", o.rw},
+            {"rw", o.rw},
             {"read_percent", o.workload.read_percent},
             {"bs", o.workload.sizes.describe()}, {"segments", o.workload.segments},
             {"queues", o.queues}, {"queue_size", o.queue_size}, {"depth", o.depth},
             {"event_idx", o.event_idx}, {"indirect", o.indirect},
             {"iothread", o.iothread}, {"runtime_s", o.runtime_s}, {"ramp_s", o.ramp_s},
             {"verify", o.verify}, {"guest_ram_bytes", r.guest_ram},
+            {"guest_page_size", r.guest_page_size},
             {"buffers", r.buffers},
         }},
         {"qemu", {
@@ -114,7 +115,7 @@ std::string result_table(const Options& o, const RunResult& r)
                   o.rw.c_str(), o.workload.sizes.describe().c_str(),
                   o.workload.segments, o.queues, o.depth, o.queue_size,
                   o.aio.c_str(), o.fixed_buffers ? "on" : "off",
-                  o.hugepages ? "2M" : "4K", r.interrupted ? " (interrupted)" : "");
+                  format_size(r.guest_page_size).c_str(), r.interrupted ? " (interrupted)" : "");
     text += line;
     std::snprintf(line, sizeof(line), "target %s, %.2f s measured, QEMU pid %d\n",
                   o.target.c_str(), r.seconds, r.qemu_pid);

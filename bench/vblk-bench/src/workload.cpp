@@ -113,14 +113,20 @@ std::string BlockSizes::describe() const
     return text;
 }
 
+SegmentSplit split_request(uint32_t len, unsigned segments)
+{
+    constexpr uint32_t kPage = 4096;
+    uint32_t granule = len % kPage == 0 && len / kPage >= segments ? kPage : kSector;
+    uint32_t units = len / granule;
+    return {std::clamp<uint32_t>(segments, 1, std::max(units, 1u)), granule, units};
+}
+
 std::vector<uint32_t> split_segments(uint32_t len, unsigned segments)
 {
-    uint32_t sectors = len / kSector;
-    uint32_t count = std::clamp<uint32_t>(segments, 1, std::max(sectors, 1u));
-    std::vector<uint32_t> pieces(count, sectors / count * kSector);
-    // The sectors left over go one each to the first pieces.
-    for (uint32_t i = 0; i < sectors % count; i++) {
-        pieces[i] += kSector;
+    SegmentSplit split = split_request(len, segments);
+    std::vector<uint32_t> pieces;
+    for (uint32_t i = 0; i < split.count; i++) {
+        pieces.push_back(split.length(i));
     }
     return pieces;
 }
@@ -139,9 +145,9 @@ uint32_t Workload::pick_size()
         std::uniform_int_distribution<size_t> pick(0, sizes.choices.size() - 1);
         return sizes.choices[pick(rng_)];
     }
-    std::uniform_int_distribution<uint32_t> pick(sizes.range_min / kSector,
-                                                 sizes.range_max / kSector);
-    return pick(rng_) * kSector;
+    // Multiples of the smallest size, as fio's bsrange.
+    std::uniform_int_distribution<uint32_t> pick(1, sizes.range_max / sizes.range_min);
+    return pick(rng_) * sizes.range_min;
 }
 
 Request Workload::next()

@@ -47,7 +47,21 @@ struct WorkloadSpec {
     uint64_t seed = 1;
 };
 
-// Splits @len into at most @segments pieces, each a multiple of 512.
+// How a request of @len bytes is cut into at most @segments pieces: in
+// whole 4 KiB pages where that makes enough pieces (QEMU bounces buffers
+// that are not aligned to its memory alignment), else in sectors.
+struct SegmentSplit {
+    uint32_t count;
+    uint32_t granule;
+    uint32_t units;     // granules in the request
+
+    uint32_t length(uint32_t index) const
+    {
+        return (units / count + (index < units % count ? 1 : 0)) * granule;
+    }
+};
+SegmentSplit split_request(uint32_t len, unsigned segments);
+// The lengths of all pieces of split_request().
 std::vector<uint32_t> split_segments(uint32_t len, unsigned segments);
 
 class Workload {

@@ -104,7 +104,7 @@ TEST(QtestClient, APeerThatGoesAwayIsAnErrorNotAHang)
 {
     FakeQemu qemu;
     bool asked = false;
-    QtestClient client(LineChannel(qemu.fds[0], "qtest", [&] { asked = true; }));
+    QtestClient client(LineChannel(qemu.fds[0], "qtest", [&](bool) { asked = true; }));
     close(qemu.fds[1]);
     qemu.fds[1] = -1;
     auto start = std::chrono::steady_clock::now();
@@ -117,7 +117,7 @@ TEST(QtestClient, ASilentPeerIsNoticedByTheLivenessCheck)
 {
     FakeQemu qemu;
     int checks = 0;
-    QtestClient client(LineChannel(qemu.fds[0], "qtest", [&] {
+    QtestClient client(LineChannel(qemu.fds[0], "qtest", [&](bool) {
         if (++checks == 3) {
             throw BenchError("QEMU exited with status 1");
         }

@@ -50,11 +50,13 @@ TEST(Segments, SplitIntoSectorMultiplesThatAddUp)
     EXPECT_EQ(split_segments(4096, 4), (std::vector<uint32_t>(4, 1024)));
     EXPECT_EQ(split_segments(1536, 2), (std::vector<uint32_t>{1024, 512}));
     EXPECT_EQ(split_segments(512, 8), (std::vector<uint32_t>{512}));
+    // Whole pages when there are enough of them
+    EXPECT_EQ(split_segments(5 * 4096, 2), (std::vector<uint32_t>{12288, 8192}));
     auto pieces = split_segments(8u << 20, 100);
     EXPECT_EQ(pieces.size(), 100u);
     EXPECT_EQ(std::accumulate(pieces.begin(), pieces.end(), 0ull), 8ull << 20);
     for (uint32_t piece : pieces) {
-        EXPECT_EQ(piece % 512, 0u);
+        EXPECT_EQ(piece % 4096, 0u);
     }
 }
 
@@ -95,6 +97,12 @@ TEST(Workload, RangeSizesStayInRange)
         sizes.insert(r.len);
     }
     EXPECT_GT(sizes.size(), 1000u);
+    WorkloadSpec pages = spec;
+    pages.sizes = *parse_block_sizes("4k-1m");
+    Workload in_pages(pages);
+    for (int i = 0; i < 1000; i++) {
+        ASSERT_EQ(in_pages.next().len % 4096, 0u);
+    }
 }
 
 TEST(Workload, SequentialWrapsAtTheEnd)
