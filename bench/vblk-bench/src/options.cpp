@@ -117,7 +117,7 @@ Guest RAM:
                          them beyond it (not with --verify) [one per slot]
 Device:
   --queues N             virtqueues, 1..1024 [1]
-  --queue-size N         entries per virtqueue (QEMU: power of 2, <= 1024) [256]
+  --queue-size N         entries per virtqueue (QEMU: power of 2, <= 32768) [256]
   --depth N              requests in flight per queue [32]
   --no-event-idx         do not negotiate VIRTIO_RING_F_EVENT_IDX
   --no-indirect          descriptor chains instead of indirect tables
