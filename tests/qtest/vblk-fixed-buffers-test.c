@@ -456,14 +456,40 @@ static uint64_t vm_pinned(pid_t pid)
 }
 
 /*
+ * 256 MiB of hugepage guest RAM (@mem_opts completes -m 256M) and two
+ * queues on two iothreads, each with its own ring; with @clone, the rings
+ * clone one pinned buffer table, otherwise each pins guest RAM itself.
+ */
+static VblkDev *start_two_iothreads(bool clone, const char *mem_opts)
+{
+    char *image = vblk_make_image(DISK_SIZE);
+    g_autofree char *drive = fixed_drive(image, ",aio-fixed-buffers=on");
+    VblkDev *d;
+
+    if (!clone) {
+        g_setenv("QEMU_IO_URING_FIXED_NO_CLONE", "1", true);
+    }
+    d = vblk_start(256 * MiB, image, 2,
+                   "-machine pc,memory-backend=ram0 -m 256M%s "
+                   "-object memory-backend-memfd,id=ram0,size=256M,"
+                   "hugetlb=on,hugetlbsize=2M "
+                   "-object iothread,id=io0 -object iothread,id=io1 %s "
+                   "-device '{\"driver\": \"virtio-blk-pci\", \"id\": "
+                   "\"vblk0\", \"addr\": \"04.0\", \"drive\": \"disk0\", "
+                   "\"num-queues\": 2, \"iothread-vq-mapping\": "
+                   "[{\"iothread\": \"io0\"}, {\"iothread\": \"io1\"}]}'",
+                   mem_opts, drive);
+    g_unsetenv("QEMU_IO_URING_FIXED_NO_CLONE");
+    return d;
+}
+
+/*
  * Two iothreads, one queue each: both rings do fixed I/O.  With cloning,
  * guest RAM is pinned once; without, once per ring.
  */
 static void test_iothreads(gconstpointer opaque)
 {
     bool clone = GPOINTER_TO_INT(opaque);
-    char *image;
-    g_autofree char *drive = NULL;
     VblkDev *d;
     QDict *info;
     int reads[2] = { 0 }, writes[2] = { 0 };
@@ -474,22 +500,7 @@ static void test_iothreads(gconstpointer opaque)
         g_test_skip("cannot reserve 256 MiB of 2 MiB hugepages");
         return;
     }
-    if (!clone) {
-        g_setenv("QEMU_IO_URING_FIXED_NO_CLONE", "1", true);
-    }
-    image = vblk_make_image(DISK_SIZE);
-    drive = fixed_drive(image, ",aio-fixed-buffers=on");
-    d = vblk_start(256 * MiB, image, 2,
-                   "-machine pc,memory-backend=ram0 -m 256M "
-                   "-object memory-backend-memfd,id=ram0,size=256M,"
-                   "hugetlb=on,hugetlbsize=2M "
-                   "-object iothread,id=io0 -object iothread,id=io1 %s "
-                   "-device '{\"driver\": \"virtio-blk-pci\", \"id\": "
-                   "\"vblk0\", \"addr\": \"04.0\", \"drive\": \"disk0\", "
-                   "\"num-queues\": 2, \"iothread-vq-mapping\": "
-                   "[{\"iothread\": \"io0\"}, {\"iothread\": \"io1\"}]}'",
-                   drive);
-    g_unsetenv("QEMU_IO_URING_FIXED_NO_CLONE");
+    d = start_two_iothreads(clone, "");
 
     for (q = 0; q < 2; q++) {
         Boundaries b;
@@ -877,8 +888,6 @@ static void load_wait(VblkDev *d, Load *l)
 static void test_hotplug_load(gconstpointer opaque)
 {
     bool clone = GPOINTER_TO_INT(opaque);
-    char *image;
-    g_autofree char *drive = NULL;
     VblkDev *d;
     QDict *info;
     VblkSeg seg;
@@ -890,22 +899,7 @@ static void test_hotplug_load(gconstpointer opaque)
         g_test_skip("cannot reserve 384 MiB of 2 MiB hugepages");
         return;
     }
-    if (!clone) {
-        g_setenv("QEMU_IO_URING_FIXED_NO_CLONE", "1", true);
-    }
-    image = vblk_make_image(DISK_SIZE);
-    drive = fixed_drive(image, ",aio-fixed-buffers=on");
-    d = vblk_start(256 * MiB, image, 2,
-                   "-machine pc,memory-backend=ram0 -m 256M,slots=2,maxmem=1G "
-                   "-object memory-backend-memfd,id=ram0,size=256M,"
-                   "hugetlb=on,hugetlbsize=2M "
-                   "-object iothread,id=io0 -object iothread,id=io1 %s "
-                   "-device '{\"driver\": \"virtio-blk-pci\", \"id\": "
-                   "\"vblk0\", \"addr\": \"04.0\", \"drive\": \"disk0\", "
-                   "\"num-queues\": 2, \"iothread-vq-mapping\": "
-                   "[{\"iothread\": \"io0\"}, {\"iothread\": \"io1\"}]}'",
-                   drive);
-    g_unsetenv("QEMU_IO_URING_FIXED_NO_CLONE");
+    d = start_two_iothreads(clone, ",slots=2,maxmem=1G");
     area = shapes_area(d);
     info = vblk_fixed_info(d);
     registered = qdict_get_int(info, "registered-bytes");

@@ -510,6 +510,27 @@ static VblkDev *start_throttled(const Backend *b, unsigned nvqs,
 }
 
 /*
+ * Reset the device after writes @ios were interrupted, read every one back
+ * into poisoned buffers, check it, and stop (checking the image).
+ */
+static void reset_and_read_back(VblkDev *d, VblkIo *ios, int n)
+{
+    int i;
+
+    vblk_reset(d);
+    for (i = 0; i < n; i++) {
+        ios[i].type = VIRTIO_BLK_T_IN;
+        vblk_poison(d, &ios[i]);
+    }
+    vblk_run(d, ios, n);
+    for (i = 0; i < n; i++) {
+        g_assert_cmpint(ios[i].status, ==, VIRTIO_BLK_S_OK);
+        vblk_check(d, &ios[i]);
+    }
+    vblk_stop(d);
+}
+
+/*
  * Writes on every queue, some still in flight when @interrupt runs; after
  * it and a reset every write must be on disk: read all back and check.
  */
@@ -535,18 +556,7 @@ static void in_flight(const Backend *b, void (*interrupt)(VblkDev *d))
     g_assert_cmpint(finished, <, N);
 
     interrupt(d);
-    vblk_reset(d);
-
-    for (i = 0; i < N; i++) {
-        ios[i].type = VIRTIO_BLK_T_IN;
-        vblk_poison(d, &ios[i]);
-    }
-    vblk_run(d, ios, N);
-    for (i = 0; i < N; i++) {
-        g_assert_cmpint(ios[i].status, ==, VIRTIO_BLK_S_OK);
-        vblk_check(d, &ios[i]);
-    }
-    vblk_stop(d);
+    reset_and_read_back(d, ios, N);
 }
 
 static void no_interruption(VblkDev *d)
@@ -615,17 +625,7 @@ static void test_in_flight_limit(const Backend *b)
     g_test_message("at most %u of %u requests in flight", most, N);
     g_assert_cmpuint(most, >, LIMIT / 2);
 
-    vblk_reset(d);
-    for (i = 0; i < N; i++) {
-        ios[i].type = VIRTIO_BLK_T_IN;
-        vblk_poison(d, &ios[i]);
-    }
-    vblk_run(d, ios, N);
-    for (i = 0; i < N; i++) {
-        g_assert_cmpint(ios[i].status, ==, VIRTIO_BLK_S_OK);
-        vblk_check(d, &ios[i]);
-    }
-    vblk_stop(d);
+    reset_and_read_back(d, ios, N);
 }
 
 /* Reset while requests are in flight (vblk_reset() follows anyway) */
