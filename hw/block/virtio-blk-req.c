@@ -13,7 +13,7 @@
 #include "qemu/osdep.h"
 #include "qemu/iov.h"
 #include "qemu/memalign.h"
-#include "qemu/cutils.h"
+#include "qemu/coroutine.h"
 #include "qemu/main-loop.h"
 #include "block/block.h"
 #include "system/block-backend.h"
@@ -50,23 +50,6 @@ static void virtio_blk_req_wake(void *opaque)
 }
 
 /*
- * How many coroutine stacks the process can map, reckoned as
- * qemu-coroutine.c does: each takes two of vm.max_map_count's mappings,
- * and some are left for everything else.
- */
-static unsigned int coroutine_stack_budget(void)
-{
-    g_autofree char *contents = NULL;
-    int max_map_count = 65530;
-
-    if (g_file_get_contents("/proc/sys/vm/max_map_count", &contents, NULL,
-                            NULL)) {
-        qemu_strtoi(contents, NULL, 10, &max_map_count);
-    }
-    return max_map_count > 5000 ? (max_map_count - 5000) / 2 : 0;
-}
-
-/*
  * Every request in flight runs in a coroutine with its own stack: a guest
  * that fills deep queues must not make QEMU run out of mappings and
  * abort.  The queues of one device together take at most half of the
@@ -74,7 +57,7 @@ static unsigned int coroutine_stack_budget(void)
  */
 static unsigned int virtio_blk_max_in_flight(VirtIOBlock *s)
 {
-    unsigned int per_queue = coroutine_stack_budget() / 2 /
+    unsigned int per_queue = qemu_coroutine_max_stacks() / 2 /
                              s->conf.num_queues;
 
     if (s->conf.max_in_flight) {

@@ -279,11 +279,6 @@ void *virtqueue_pool_extra(VirtQueueElement *elem)
     return elem_object(elem)->extra;
 }
 
-unsigned int virtqueue_pool_size(VirtQueuePool *pool)
-{
-    return qatomic_read(&pool->nr_objects);
-}
-
 void virtqueue_pool_free(VirtQueuePool *pool)
 {
     PoolObject *obj, *next;

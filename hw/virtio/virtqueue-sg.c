@@ -57,7 +57,6 @@ void virtqueue_sg_destroy(VirtQueueSg *sg)
         g_free(sg->addr);
         g_free(sg->iov);
     }
-    virtqueue_sg_init(sg, sg->max);
 }
 
 size_t virtqueue_element_arrays_size(unsigned int out_num,

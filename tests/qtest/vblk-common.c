@@ -578,11 +578,6 @@ int vblk_batch_wait(VblkBatch *b)
     return out_of_order;
 }
 
-int vblk_batch_completed(VblkBatch *b)
-{
-    return b->finished;
-}
-
 int vblk_batch_poll(VblkBatch *b)
 {
     batch_round(b);
@@ -689,6 +684,15 @@ int vblk_raw_batch(VblkDev *d, unsigned q, const struct vring_desc *descs,
         g_usleep(backoff);
     }
     return got;
+}
+
+struct vring_desc vblk_desc(uint64_t addr, uint32_t len, uint16_t flags,
+                            uint16_t next)
+{
+    return (struct vring_desc) {
+        .addr = cpu_to_le64(addr), .len = cpu_to_le32(len),
+        .flags = cpu_to_le16(flags), .next = cpu_to_le16(next),
+    };
 }
 
 bool vblk_raw_chain(VblkDev *d, unsigned q, const struct vring_desc *descs,

@@ -103,8 +103,6 @@ int vblk_run(VblkDev *d, VblkIo *ios, int n);
 typedef struct VblkBatch VblkBatch;
 VblkBatch *vblk_batch_start(VblkDev *d, VblkIo *ios, int n);
 int vblk_batch_wait(VblkBatch *b);
-/* How many of the batch's requests have completed so far */
-int vblk_batch_completed(VblkBatch *b);
 /* Take the completions the device has made, without waiting; how many */
 int vblk_batch_poll(VblkBatch *b);
 
@@ -141,6 +139,10 @@ int vblk_raw_batch(VblkDev *d, unsigned q, const struct vring_desc *descs,
  * with NEEDS_RESET, false when it completes the chain (status in
  * @status, when not NULL).  Either way the device is reset after.
  */
+/* A split-ring descriptor, in the device's byte order */
+struct vring_desc vblk_desc(uint64_t addr, uint32_t len, uint16_t flags,
+                            uint16_t next);
+
 bool vblk_raw_chain(VblkDev *d, unsigned q, const struct vring_desc *descs,
                     int n, uint8_t *status, uint64_t status_gpa);
 

@@ -868,7 +868,7 @@ static void load_wait(VblkDev *d, Load *l)
     int i;
 
     g_test_message("%d of %d requests done when the memory changed",
-                   vblk_batch_completed(l->batch), LOAD_REQS);
+                   vblk_batch_poll(l->batch), LOAD_REQS);
     vblk_batch_wait(l->batch);
     for (i = 0; i < LOAD_REQS; i++) {
         g_assert_cmpint(l->ios[i].status, ==, VIRTIO_BLK_S_OK);

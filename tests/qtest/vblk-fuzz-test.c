@@ -83,15 +83,6 @@ typedef struct Fuzz {
     unsigned per_kind[KIND_MAX];
 } Fuzz;
 
-static struct vring_desc desc(uint64_t addr, uint32_t len, uint16_t flags,
-                              uint16_t next)
-{
-    return (struct vring_desc) {
-        .addr = cpu_to_le64(addr), .len = cpu_to_le32(len),
-        .flags = cpu_to_le16(flags), .next = cpu_to_le16(next),
-    };
-}
-
 static uint32_t rnd(Fuzz *f, uint32_t n)
 {
     return g_rand_int_range(f->rand, 0, n);
@@ -203,7 +194,7 @@ static int data_descs(Fuzz *f, struct vring_desc *t, uint16_t first,
         uint32_t piece = i == n - 1 ? left :
                          1 + rnd(f, left - (n - 1 - i));
 
-        t[i] = desc(gpa + done, piece, flags | N, first + i + 1);
+        t[i] = vblk_desc(gpa + done, piece, flags | N, first + i + 1);
         done += piece;
     }
     return n;
@@ -278,11 +269,11 @@ static void build(Fuzz *f, int c, Chain *ch, struct vring_desc *tab,
     }
     write_hdr(f, c, ch->type, sector);
 
-    t[n++] = desc(hdr_addr(f, c), 16, N, base + 1);
+    t[n++] = vblk_desc(hdr_addr(f, c), 16, N, base + 1);
     n += data_descs(f, &t[n], base + n, ch->data, ch->len, dflags,
                     ch->kind == OUTSIDE_RAM || ch->kind == IN_MMIO ?
                     1 : MAX_SEGS);
-    t[n++] = desc(status_addr(f, c), 1, W, 0);
+    t[n++] = vblk_desc(status_addr(f, c), 1, W, 0);
 
     switch (ch->kind) {
     case LOOP:
@@ -342,7 +333,7 @@ static void build(Fuzz *f, int c, Chain *ch, struct vring_desc *tab,
                             rnd(f, 2) ? base + rnd(f, n) :
                             f->qsize + rnd(f, 0x10000 - f->qsize);
 
-            t[i] = desc(rnd(f, 2) ? junk_addr(f) : junk_hdr_addr(f, c),
+            t[i] = vblk_desc(rnd(f, 2) ? junk_addr(f) : junk_hdr_addr(f, c),
                         junk_len(f), flag_sets[rnd(f, ARRAY_SIZE(flag_sets))],
                         next);
             if (le16_to_cpu(t[i].flags) & I) {
@@ -379,16 +370,16 @@ static void build(Fuzz *f, int c, Chain *ch, struct vring_desc *tab,
     qtest_memwrite(d->qts, table_addr(f, c), t, n * sizeof(t[0]));
     switch (ch->kind) {
     case IND_ZERO:
-        tab[*used] = desc(table_addr(f, c), 0, I, 0);
+        tab[*used] = vblk_desc(table_addr(f, c), 0, I, 0);
         break;
     case IND_ODD:
-        tab[*used] = desc(table_addr(f, c), n * 16 - 1 - rnd(f, 15), I, 0);
+        tab[*used] = vblk_desc(table_addr(f, c), n * 16 - 1 - rnd(f, 15), I, 0);
         break;
     case IND_FAR:
-        tab[*used] = desc(16 * GiB, n * 16, I, 0);
+        tab[*used] = vblk_desc(16 * GiB, n * 16, I, 0);
         break;
     default:
-        tab[*used] = desc(table_addr(f, c), n * 16, I, 0);
+        tab[*used] = vblk_desc(table_addr(f, c), n * 16, I, 0);
     }
     ch->head = *used;
     *used += 1;
@@ -486,7 +477,7 @@ static void batch(Fuzz *f, unsigned nchains)
     }
     /* Unused descriptors lead nowhere */
     for (i = 0; i < f->qsize; i++) {
-        tab[i] = desc(f->scratch, 512, W, 0);
+        tab[i] = vblk_desc(f->scratch, 512, W, 0);
     }
 
     f->gen++;

@@ -28,15 +28,6 @@ static VblkDev *start(const char *dev_opts)
                       "iothread=io0%s", image, dev_opts);
 }
 
-static struct vring_desc desc(uint64_t addr, uint32_t len, uint16_t flags,
-                              uint16_t next)
-{
-    return (struct vring_desc) {
-        .addr = cpu_to_le64(addr), .len = cpu_to_le32(len),
-        .flags = cpu_to_le16(flags), .next = cpu_to_le16(next),
-    };
-}
-
 /* The device still reads and writes correctly */
 static void still_works(VblkDev *d, unsigned gen)
 {
@@ -103,11 +94,12 @@ static void write_long_table(VblkDev *d, int n, bool chained)
     g_autofree struct vring_desc *t = g_new(struct vring_desc, n);
     int i;
 
-    t[0] = desc(HDR, 16, chained ? N : 0, 1);
+    t[0] = vblk_desc(HDR, 16, chained ? N : 0, 1);
     for (i = 1; i < n - 1; i++) {
-        t[i] = desc(DATA + (i % 8) * 512, 512, W | (chained ? N : 0), i + 1);
+        t[i] = vblk_desc(DATA + (i % 8) * 512, 512, W | (chained ? N : 0),
+                         i + 1);
     }
-    t[n - 1] = desc(STATUS, 1, W, 0);
+    t[n - 1] = vblk_desc(STATUS, 1, W, 0);
     qtest_memwrite(d->qts, TABLE, t, n * sizeof(t[0]));
 }
 
@@ -121,29 +113,29 @@ static void test_split_chains(void)
     write_header(d, VIRTIO_BLK_T_IN, 0);
     {
         struct vring_desc loop[] = {
-            desc(HDR, 16, N, 1), desc(DATA, 512, W | N, 1),
+            vblk_desc(HDR, 16, N, 1), vblk_desc(DATA, 512, W | N, 1),
         };
         expect_reset(d, "descriptor loop", loop, 2);
     }
     {
         struct vring_desc oob[] = {
-            desc(HDR, 16, N, 1), desc(DATA, 512, W | N, 1000),
+            vblk_desc(HDR, 16, N, 1), vblk_desc(DATA, 512, W | N, 1000),
         };
         expect_reset(d, "next beyond the queue", oob, 2);
     }
     {
-        struct vring_desc zero[] = { desc(TABLE, 0, I, 0) };
+        struct vring_desc zero[] = { vblk_desc(TABLE, 0, I, 0) };
         expect_reset(d, "indirect table of length 0", zero, 1);
     }
     {
-        struct vring_desc odd[] = { desc(TABLE, 24, I, 0) };
+        struct vring_desc odd[] = { vblk_desc(TABLE, 24, I, 0) };
         expect_reset(d, "indirect table not a multiple of 16", odd, 1);
     }
     {
         /* A table whose only entry points at another table */
-        struct vring_desc nested[] = { desc(TABLE, 16, I, 0) };
+        struct vring_desc nested[] = { vblk_desc(TABLE, 16, I, 0) };
 
-        t[0] = desc(TABLE + 64, 48, I, 0);
+        t[0] = vblk_desc(TABLE + 64, 48, I, 0);
         qtest_memwrite(d->qts, TABLE, t, 16);
         expect_reset(d, "nested indirect, alone", nested, 1);
     }
@@ -152,11 +144,11 @@ static void test_split_chains(void)
          * INDIRECT on a data entry of a table: QEMU does not follow it
          * (nor check it), the entry is a data buffer like any other.
          */
-        struct vring_desc nested[] = { desc(TABLE, 48, I, 0) };
+        struct vring_desc nested[] = { vblk_desc(TABLE, 48, I, 0) };
 
-        t[0] = desc(HDR, 16, N, 1);
-        t[1] = desc(DATA, 512, W | I | N, 2);
-        t[2] = desc(STATUS, 1, W, 0);
+        t[0] = vblk_desc(HDR, 16, N, 1);
+        t[1] = vblk_desc(DATA, 512, W | I | N, 2);
+        t[2] = vblk_desc(STATUS, 1, W, 0);
         qtest_memwrite(d->qts, TABLE, t, sizeof(t));
         expect_status(d, "nested indirect among data", nested, 1,
                       VIRTIO_BLK_S_OK);
@@ -167,12 +159,12 @@ static void test_split_chains(void)
          * police: QEMU follows the table and ignores the rest.
          */
         struct vring_desc both[] = {
-            desc(TABLE, 48, I | N, 1), desc(STATUS, 1, W, 0),
+            vblk_desc(TABLE, 48, I | N, 1), vblk_desc(STATUS, 1, W, 0),
         };
 
-        t[0] = desc(HDR, 16, N, 1);
-        t[1] = desc(DATA, 512, W | N, 2);
-        t[2] = desc(STATUS, 1, W, 0);
+        t[0] = vblk_desc(HDR, 16, N, 1);
+        t[1] = vblk_desc(DATA, 512, W | N, 2);
+        t[2] = vblk_desc(STATUS, 1, W, 0);
         qtest_memwrite(d->qts, TABLE, t, sizeof(t));
         expect_status(d, "indirect descriptor chained on", both, 2,
                       VIRTIO_BLK_S_OK);
@@ -183,47 +175,47 @@ static void test_split_chains(void)
          * (reads from nothing, writes to nothing) and completes the request.
          */
         struct vring_desc outside[] = {
-            desc(HDR, 16, N, 1), desc(16 * GiB, 4096, W | N, 2),
-            desc(STATUS, 1, W, 0),
+            vblk_desc(HDR, 16, N, 1), vblk_desc(16 * GiB, 4096, W | N, 2),
+            vblk_desc(STATUS, 1, W, 0),
         };
         expect_status(d, "data outside guest RAM", outside, 3,
                       VIRTIO_BLK_S_OK);
     }
     {
         struct vring_desc mmio[] = {
-            desc(HDR, 16, N, 1), desc(0xfebf0000, 4096, W | N, 2),
-            desc(STATUS, 1, W, 0),
+            vblk_desc(HDR, 16, N, 1), vblk_desc(0xfebf0000, 4096, W | N, 2),
+            vblk_desc(STATUS, 1, W, 0),
         };
         expect_status(d, "data in MMIO space", mmio, 3, VIRTIO_BLK_S_OK);
     }
     {
         struct vring_desc short_hdr[] = {
-            desc(HDR, 8, N, 1), desc(STATUS, 1, W, 0),
+            vblk_desc(HDR, 8, N, 1), vblk_desc(STATUS, 1, W, 0),
         };
         expect_reset(d, "header shorter than 16 bytes", short_hdr, 2);
     }
     {
-        struct vring_desc no_status[] = { desc(HDR, 16, 0, 0) };
+        struct vring_desc no_status[] = { vblk_desc(HDR, 16, 0, 0) };
         expect_reset(d, "no status byte", no_status, 1);
     }
     {
         struct vring_desc reversed[] = {
-            desc(HDR, 16, W | N, 1), desc(DATA, 512, N, 2),
-            desc(STATUS, 1, 0, 0),
+            vblk_desc(HDR, 16, W | N, 1), vblk_desc(DATA, 512, N, 2),
+            vblk_desc(STATUS, 1, 0, 0),
         };
         expect_reset(d, "writable and readable reversed", reversed, 3);
     }
     {
-        struct vring_desc far[] = { desc(16 * GiB, 48, I, 0) };
+        struct vring_desc far[] = { vblk_desc(16 * GiB, 48, I, 0) };
         expect_reset(d, "indirect table outside guest RAM", far, 1);
     }
     {
-        struct vring_desc huge[] = { desc(TABLE, 0xfffffff0, I, 0) };
+        struct vring_desc huge[] = { vblk_desc(TABLE, 0xfffffff0, I, 0) };
         expect_reset(d, "indirect table of 4 GiB", huge, 1);
     }
     {
         /* 1100 entries: more than VIRTQUEUE_MAX_SIZE (1024) in one chain */
-        struct vring_desc longer[] = { desc(TABLE, 1100 * 16, I, 0) };
+        struct vring_desc longer[] = { vblk_desc(TABLE, 1100 * 16, I, 0) };
 
         write_long_table(d, 1100, true);
         expect_reset(d, "indirect chain longer than 1024", longer, 1);
@@ -235,7 +227,7 @@ static void test_split_chains(void)
          * gives, the status goes nowhere, and the request completes.
          */
         struct vring_desc nohdr[] = {
-            desc(16 * GiB, 16, N, 1), desc(16 * GiB + 4096, 1, W, 0),
+            vblk_desc(16 * GiB, 16, N, 1), vblk_desc(16 * GiB + 4096, 1, W, 0),
         };
         g_test_message("header and status outside guest RAM: completes");
         g_assert_false(vblk_raw_chain(d, 0, nohdr, 2, NULL, 0));
@@ -258,11 +250,12 @@ static void test_own_registers(void)
     uint64_t common = d->pdev->bar.addr + d->pdev->common_cfg_offset;
     uint64_t notify = d->pdev->bar.addr + d->pdev->notify_cfg_offset;
     struct vring_desc in[] = {
-        desc(HDR, 16, N, 1), desc(common, 64, W | N, 2),
-        desc(STATUS, 1, W, 0),
+        vblk_desc(HDR, 16, N, 1), vblk_desc(common, 64, W | N, 2),
+        vblk_desc(STATUS, 1, W, 0),
     };
     struct vring_desc out[] = {
-        desc(HDR, 16, N, 1), desc(notify, 512, N, 2), desc(STATUS, 1, W, 0),
+        vblk_desc(HDR, 16, N, 1), vblk_desc(notify, 512, N, 2),
+        vblk_desc(STATUS, 1, W, 0),
     };
 
     still_works(d, 1);

@@ -61,7 +61,4 @@ void virtqueue_pool_release(VirtQueueElement *elem);
 /* The device's @extra_per_sg bytes for each of the element's pieces */
 void *virtqueue_pool_extra(VirtQueueElement *elem);
 
-/* Objects that exist (in flight or cached) */
-unsigned int virtqueue_pool_size(VirtQueuePool *pool);
-
 #endif
