@@ -12,7 +12,7 @@
 
 #include "qemu/osdep.h"
 #include "qemu/iov.h"
-#include "qemu/memalign.h"
+#include "qemu/atomic.h"
 #include "qemu/coroutine.h"
 #include "qemu/main-loop.h"
 #include "block/block.h"
@@ -21,54 +21,50 @@
 #include "hw/virtio/virtio-blk-req.h"
 #include "hw/virtio/virtqueue-pool.h"
 
-/* A queue that hit its limit of requests in flight has room again */
-typedef struct VirtIOBlockWake {
-    VirtIOBlock *s;
-    unsigned int vq_idx;
-} VirtIOBlockWake;
+/*
+ * Requests in flight and the queues that wait for room
+ *
+ * Every request in flight runs in a coroutine with its own stack: a guest
+ * that fills deep queues must not make QEMU run out of mappings and
+ * abort.  Each queue's pool takes its limit from the process-wide budget
+ * (virtqueue-pool.c), or from x-max-in-flight.  A queue at its limit is
+ * throttled: the requests stay in the ring, its thread sleeps instead of
+ * polling it, and the completion that frees half of the limit wakes it,
+ * from whatever thread that completion runs in.
+ */
 
+/* Main loop, when the device does not use ioeventfd: serve the queue */
 static void virtio_blk_req_wake_bh(void *opaque)
 {
-    VirtIOBlockWake *wake = opaque;
-
-    virtio_queue_notify(VIRTIO_DEVICE(wake->s), wake->vq_idx);
-    object_unref(OBJECT(wake->s));
-    g_free(wake);
-}
-
-/* Any thread: have the main loop notify the queue as if the guest kicked */
-static void virtio_blk_req_wake(void *opaque)
-{
     VirtIOBlockReqPool *p = opaque;
-    VirtIOBlockWake *wake = g_new(VirtIOBlockWake, 1);
 
-    wake->s = p->s;
-    wake->vq_idx = p->vq_idx;
-    object_ref(OBJECT(p->s));
-    aio_bh_schedule_oneshot(qemu_get_aio_context(), virtio_blk_req_wake_bh,
-                            wake);
+    virtio_queue_notify(VIRTIO_DEVICE(p->s), p->vq_idx);
 }
 
 /*
- * Every request in flight runs in a coroutine with its own stack: a guest
- * that fills deep queues must not make QEMU run out of mappings and
- * abort.  The queues of one device together take at most half of the
- * stacks the process can map; a queue at its limit waits for completions.
+ * Any thread: unthrottle the queue and kick it as the guest would, through
+ * its host notifier, which is attached to the queue's AioContext while
+ * ioeventfd runs (it cannot stop with requests in flight: stopping
+ * drains).  Nothing is allocated.
  */
-static unsigned int virtio_blk_max_in_flight(VirtIOBlock *s)
+static void virtio_blk_req_wake(void *opaque)
 {
-    unsigned int per_queue = qemu_coroutine_max_stacks() / 2 /
-                             s->conf.num_queues;
+    VirtIOBlockReqPool *p = opaque;
+    VirtQueue *vq = virtio_get_queue(VIRTIO_DEVICE(p->s), p->vq_idx);
 
-    if (s->conf.max_in_flight) {
-        return MAX(s->conf.max_in_flight, 2);
+    virtio_queue_set_throttled(vq, false);
+    if (qatomic_read(&p->s->ioeventfd_started)) {
+        event_notifier_set(virtio_queue_get_host_notifier(vq));
+    } else {
+        qemu_bh_schedule(p->wake_bh);
     }
-    return MAX(per_queue, VIRTIO_BLK_MIN_IN_FLIGHT);
 }
 
 void virtio_blk_req_pools_init(VirtIOBlock *s)
 {
-    unsigned int max_in_flight = virtio_blk_max_in_flight(s);
+    /* x-max-in-flight, or 0: a share of the budget */
+    unsigned int limit = s->conf.max_in_flight ?
+                         MAX(s->conf.max_in_flight, 2) : 0;
     unsigned int i;
 
     s->req_pools = g_new0(VirtIOBlockReqPool, s->conf.num_queues);
@@ -77,13 +73,12 @@ void virtio_blk_req_pools_init(VirtIOBlock *s)
 
         p->s = s;
         p->vq_idx = i;
+        p->wake_bh = qemu_bh_new(virtio_blk_req_wake_bh, p);
         p->pool = virtqueue_pool_new(sizeof(VirtIOBlockReq),
                                      VIRTIO_BLK_INLINE_SG,
                                      sizeof(struct iovec));
-        if (max_in_flight < s->conf.queue_size) {
-            virtqueue_pool_set_limit(p->pool, max_in_flight,
-                                     virtio_blk_req_wake, p);
-        }
+        virtqueue_pool_limit_in_flight(p->pool, limit, virtio_blk_req_wake,
+                                       p);
     }
 }
 
@@ -96,30 +91,40 @@ void virtio_blk_req_pools_free(VirtIOBlock *s)
     }
     for (i = 0; i < s->conf.num_queues; i++) {
         virtqueue_pool_free(s->req_pools[i].pool);
+        qemu_bh_delete(s->req_pools[i].wake_bh);
     }
     g_free(s->req_pools);
     s->req_pools = NULL;
 }
 
-static VirtQueuePool *vq_pool(VirtIOBlock *s, VirtQueue *vq)
-{
-    return s->req_pools[virtio_get_queue_index(vq)].pool;
-}
-
 bool virtio_blk_req_may_pop(VirtIOBlock *s, VirtQueue *vq)
 {
-    return virtqueue_pool_may_take(vq_pool(s, vq));
+    VirtQueuePool *pool = s->req_pools[virtio_get_queue_index(vq)].pool;
+
+    if (likely(virtqueue_pool_may_take(pool))) {
+        return true;
+    }
+    /*
+     * Throttled before the pool records that we wait (its barrier orders
+     * the two), so that the wake, which unthrottles, cannot come first.
+     * If the pool says yes after all, nobody else will unthrottle.
+     */
+    virtio_queue_set_throttled(vq, true);
+    if (virtqueue_pool_may_take(pool)) {
+        virtio_queue_set_throttled(vq, false);
+        return true;
+    }
+    return false;
 }
 
 VirtIOBlockReq *virtio_blk_req_pop(VirtIOBlock *s, VirtQueue *vq)
 {
-    VirtQueuePool *pool = vq_pool(s, vq);
-
-    if (!virtqueue_pool_may_take(pool)) {
+    if (!virtio_blk_req_may_pop(s, vq)) {
         return NULL;
     }
     return virtqueue_pop_alloc(vq, sizeof(VirtIOBlockReq),
-                               virtqueue_pool_alloc, pool);
+                               virtqueue_pool_alloc,
+                               s->req_pools[virtio_get_queue_index(vq)].pool);
 }
 
 VirtIOBlockReq *virtio_blk_req_adopt(VirtIOBlock *s, unsigned int vq_idx,
@@ -129,15 +134,8 @@ VirtIOBlockReq *virtio_blk_req_adopt(VirtIOBlock *s, unsigned int vq_idx,
                                                   &req->elem);
 }
 
-static void virtio_blk_req_drop_bounce(VirtIOBlockReq *req)
-{
-    qemu_vfree(req->bounce);
-    req->bounce = NULL;
-}
-
 void virtio_blk_req_free(VirtIOBlockReq *req)
 {
-    virtio_blk_req_drop_bounce(req);
     virtqueue_pool_release(&req->elem);
 }
 
@@ -159,59 +157,76 @@ static unsigned int merge_host_contiguous(struct iovec *merged,
     return n;
 }
 
-/* Replace pieces [@first, @n) of @merged by one bounce buffer */
-static bool collapse_tail(VirtIOBlockReq *req, struct iovec *merged,
-                          unsigned int first, unsigned int n, bool is_write)
-{
-    size_t offset = iov_size(merged, first);
-    size_t len = iov_size(merged + first, n - first);
-
-    req->bounce = qemu_try_blockalign(blk_bs(req->dev->blk), len);
-    if (!req->bounce) {
-        return false;
-    }
-    req->bounce_offset = offset;
-    req->bounce_len = len;
-    req->bounce_to_guest = !is_write;
-    if (is_write) {
-        iov_to_buf(req->data_iov, req->data_niov, offset, req->bounce, len);
-    }
-    merged[first].iov_base = req->bounce;
-    merged[first].iov_len = len;
-    return true;
-}
-
-bool virtio_blk_req_set_data(VirtIOBlockReq *req, struct iovec *iov,
-                             unsigned int niov, bool is_write)
+void virtio_blk_req_set_data(VirtIOBlockReq *req, struct iovec *iov,
+                             unsigned int niov)
 {
     struct iovec *merged = virtqueue_pool_extra(&req->elem);
-    unsigned int max_iov = blk_get_max_iov(req->dev->blk);
-    unsigned int n;
 
-    /* A request parked by werror=stop is parsed again when it restarts */
-    virtio_blk_req_drop_bounce(req);
-    req->data_iov = iov;
-    req->data_niov = niov;
-
-    n = merge_host_contiguous(merged, iov, niov);
-    if (n > max_iov) {
-        if (!collapse_tail(req, merged, max_iov - 1, n, is_write)) {
-            return false;
-        }
-        n = max_iov;
-    }
-    qemu_iovec_init_external(&req->qiov, merged, n);
-    return true;
+    qemu_iovec_init_external(&req->qiov, merged,
+                             merge_host_contiguous(merged, iov, niov));
 }
 
-void virtio_blk_req_data_done(VirtIOBlockReq *req, bool ok)
+/*
+ * A request with more pieces than one host I/O takes, in flight as
+ * several.  Only such requests pay for this (one allocation, its size
+ * in proportion to the number of pieces, never to the bytes).
+ */
+typedef struct VirtIOBlockSplit {
+    VirtIOBlockReq *req;
+    BlockCompletionFunc *cb;
+    unsigned int pending;       /* atomic */
+    int ret;                    /* atomic: the first error, or 0 */
+    QEMUIOVector parts[];
+} VirtIOBlockSplit;
+
+static void virtio_blk_split_part_done(void *opaque, int ret)
 {
-    if (!req->bounce) {
-        return;
+    VirtIOBlockSplit *split = opaque;
+
+    if (ret) {
+        qatomic_cmpxchg(&split->ret, 0, ret);
     }
-    if (ok && req->bounce_to_guest) {
-        iov_from_buf(req->data_iov, req->data_niov, req->bounce_offset,
-                     req->bounce, req->bounce_len);
+    if (qatomic_fetch_dec(&split->pending) == 1) {
+        split->cb(split->req, split->ret);
+        g_free(split);
     }
-    virtio_blk_req_drop_bounce(req);
+}
+
+void virtio_blk_req_submit_split(VirtIOBlockReq *req, bool is_write,
+                                 BdrvRequestFlags flags,
+                                 BlockCompletionFunc *cb)
+{
+    BlockBackend *blk = req->dev->blk;
+    int max_iov = blk_get_max_iov(blk);
+    int nparts = DIV_ROUND_UP(req->qiov.niov, max_iov);
+    VirtIOBlockSplit *split = g_malloc(sizeof(*split) +
+                                       nparts * sizeof(QEMUIOVector));
+    int64_t offset = req->sector_num << BDRV_SECTOR_BITS;
+    int i;
+
+    split->req = req;
+    split->cb = cb;
+    split->ret = 0;
+    split->pending = nparts;
+    for (i = 0; i < nparts; i++) {
+        QEMUIOVector *part = &split->parts[i];
+        int first = i * max_iov;
+
+        qemu_iovec_init_external(part, req->qiov.iov + first,
+                                 MIN(max_iov, req->qiov.niov - first));
+    }
+    /* Every part is set up before the first can complete */
+    for (i = 0; i < nparts; i++) {
+        QEMUIOVector *part = &split->parts[i];
+
+        if (is_write) {
+            blk_aio_pwritev(blk, offset, part, flags,
+                            virtio_blk_split_part_done, split);
+        } else {
+            blk_aio_preadv(blk, offset, part, flags,
+                           virtio_blk_split_part_done, split);
+        }
+        /* Completions come from the event loop, never from in here */
+        offset += part->size;
+    }
 }

@@ -8,7 +8,9 @@
 
 #include "qemu/osdep.h"
 #include "qemu/atomic.h"
+#include "qemu/coroutine.h"
 #include "qemu/error-report.h"
+#include "qemu/main-loop.h"
 #include "qemu/queue.h"
 #include "qemu/timer.h"
 #include "hw/virtio/virtqueue-sg.h"
@@ -33,7 +35,11 @@ struct VirtQueuePool {
     unsigned int inline_sg;
     size_t extra_per_sg;
 
-    /* Requests in flight at most, and who to call when there is room */
+    /*
+     * Requests in flight at most (UINT_MAX: no limit, 0: the pool's share
+     * of the process-wide budget), and who to call when there is room
+     * again after virtqueue_pool_may_take() said no (@waiting).
+     */
     unsigned int max_in_flight;
     void (*wake)(void *opaque);
     void *wake_opaque;
@@ -83,13 +89,72 @@ VirtQueuePool *virtqueue_pool_new(size_t elem_size, unsigned int inline_sg,
     return pool;
 }
 
-void virtqueue_pool_set_limit(VirtQueuePool *pool, unsigned int max_in_flight,
-                              void (*wake)(void *opaque), void *opaque)
+/*
+ * The process-wide budget of requests in flight.
+ *
+ * Every request a pool has out runs on a coroutine with a stack mapping of
+ * its own, and QEMU aborts when it cannot map another one.  The pools
+ * that take their limit from the budget share half of the stacks that
+ * qemu-coroutine.c reckons the host allows (the other half is left to
+ * the block layer's own coroutines, block jobs and everything else), in
+ * equal parts, whatever device they belong to.  Each may always keep
+ * VIRTQUEUE_POOL_MIN_IN_FLIGHT out, even where that overdraws the
+ * budget: a warning says so once.
+ *
+ * Pools join and leave under the BQL (device realize and unrealize); the
+ * share is read by any thread.
+ */
+static unsigned int budget_pools;
+static unsigned int budget_share;   /* atomic */
+
+static void budget_update(void)
 {
-    assert(max_in_flight >= 2);
+    static bool warned;
+    unsigned int stacks = qemu_coroutine_max_stacks() / 2;
+    unsigned int share = stacks / MAX(budget_pools, 1);
+
+    if (share < VIRTQUEUE_POOL_MIN_IN_FLIGHT) {
+        if (!warned) {
+            warn_report("vm.max_map_count leaves room for %u coroutine "
+                        "stacks, too few for %u virtqueues: each keeps up to "
+                        "%u requests in flight, and a guest that fills them "
+                        "all can make QEMU abort; raise vm.max_map_count",
+                        qemu_coroutine_max_stacks(), budget_pools,
+                        VIRTQUEUE_POOL_MIN_IN_FLIGHT);
+            warned = true;
+        }
+        share = VIRTQUEUE_POOL_MIN_IN_FLIGHT;
+    }
+    qatomic_set(&budget_share, share);
+}
+
+void virtqueue_pool_limit_in_flight(VirtQueuePool *pool,
+                                    unsigned int max_in_flight,
+                                    void (*wake)(void *opaque), void *opaque)
+{
+    assert(bql_locked());
+    assert(pool->max_in_flight == UINT_MAX);
+    assert(max_in_flight == 0 || max_in_flight >= 2);
     pool->max_in_flight = max_in_flight;
     pool->wake = wake;
     pool->wake_opaque = opaque;
+    if (max_in_flight == 0) {
+        budget_pools++;
+        budget_update();
+    }
+}
+
+static void budget_leave(VirtQueuePool *pool)
+{
+    if (pool->max_in_flight == 0) {
+        budget_pools--;
+        budget_update();
+    }
+}
+
+static unsigned int pool_limit(VirtQueuePool *pool)
+{
+    return pool->max_in_flight ?: qatomic_read(&budget_share);
 }
 
 static VirtQueueElement *object_elem(PoolObject *obj)
@@ -205,13 +270,17 @@ static PoolObject *pool_take(VirtQueuePool *pool)
 
 bool virtqueue_pool_may_take(VirtQueuePool *pool)
 {
-    if (likely(pool_in_flight(pool) < pool->max_in_flight)) {
+    if (likely(pool_in_flight(pool) < pool_limit(pool))) {
         return true;
     }
-    qatomic_set(&pool->waiting, true);
-    /* Pairs with virtqueue_pool_release(): one of us sees the other */
-    smp_mb();
-    if (pool_in_flight(pool) < pool->max_in_flight &&
+    /*
+     * A full barrier, that orders the caller's earlier stores too (see
+     * virtqueue_pool_may_take() in the header); pairs with the one in
+     * virtqueue_pool_release(): either the releasing thread sees
+     * @waiting, or we see its release.
+     */
+    qatomic_xchg(&pool->waiting, true);
+    if (pool_in_flight(pool) < pool_limit(pool) &&
         qatomic_xchg(&pool->waiting, false)) {
         return true;
     }
@@ -224,9 +293,13 @@ static void pool_maybe_wake(VirtQueuePool *pool)
     if (likely(!qatomic_read(&pool->waiting))) {
         return;
     }
-    if (pool_in_flight(pool) <= pool->max_in_flight / 2 &&
+    if (pool_in_flight(pool) <= pool_limit(pool) / 2 &&
         qatomic_xchg(&pool->waiting, false)) {
-        pool->wake(pool->wake_opaque);
+        void (*wake)(void *opaque) = qatomic_read(&pool->wake);
+
+        if (wake) {
+            wake(pool->wake_opaque);
+        }
     }
 }
 
@@ -271,6 +344,8 @@ void virtqueue_pool_release(VirtQueueElement *elem)
     obj->heap_arrays = NULL;
     QSLIST_INSERT_HEAD_ATOMIC(&pool->released, obj, next);
     qatomic_inc(&pool->nr_released);
+    /* Pairs with virtqueue_pool_may_take() */
+    smp_mb__after_rmw();
     pool_maybe_wake(pool);
 }
 
@@ -286,6 +361,7 @@ void virtqueue_pool_free(VirtQueuePool *pool)
     if (!pool) {
         return;
     }
+    budget_leave(pool);
     pool_refill(pool);
     QSLIST_FOREACH_SAFE(obj, &pool->cached, next, next) {
         pool_object_delete(obj);
@@ -296,6 +372,8 @@ void virtqueue_pool_free(VirtQueuePool *pool)
         /* A request still out would give its object back to a freed pool */
         warn_report("virtqueue pool: %u requests still in flight",
                     qatomic_read(&pool->nr_objects));
+        /* The device is going away: leave it be when they come back */
+        qatomic_set(&pool->wake, NULL);
         return;
     }
     g_free(pool);

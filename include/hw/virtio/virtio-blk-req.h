@@ -17,13 +17,11 @@
  */
 #define VIRTIO_BLK_INLINE_SG 8
 
-/* A queue may have this many requests in flight even when memory is tight */
-#define VIRTIO_BLK_MIN_IN_FLIGHT 16
-
 typedef struct VirtIOBlockReqPool {
     struct VirtQueuePool *pool;
     VirtIOBlock *s;
     unsigned int vq_idx;
+    QEMUBH *wake_bh;        /* without ioeventfd: serve the queue */
 } VirtIOBlockReqPool;
 
 void virtio_blk_req_pools_init(VirtIOBlock *s);
@@ -36,7 +34,10 @@ void virtio_blk_req_pools_free(VirtIOBlock *s);
  */
 VirtIOBlockReq *virtio_blk_req_pop(VirtIOBlock *s, VirtQueue *vq);
 
-/* Whether virtio_blk_req_pop() may take another request of @vq */
+/*
+ * Whether virtio_blk_req_pop() may take another request of @vq; if not,
+ * the queue is throttled until a completion makes room and notifies it.
+ */
 bool virtio_blk_req_may_pop(VirtIOBlock *s, VirtQueue *vq);
 
 /* A request loaded by migration, moved into its queue's pool */
@@ -47,14 +48,20 @@ void virtio_blk_req_free(VirtIOBlockReq *req);
 
 /*
  * Point req->qiov at the guest's data pieces @iov, with host-contiguous
- * neighbours merged into one.  A request that still has more pieces than
- * the backend takes in one I/O has its tail collapsed into a bounce
- * buffer.  False if that buffer cannot be allocated.
+ * neighbours merged into one (in the request's own array: nothing is
+ * allocated).
  */
-bool virtio_blk_req_set_data(VirtIOBlockReq *req, struct iovec *iov,
-                             unsigned int niov, bool is_write);
+void virtio_blk_req_set_data(VirtIOBlockReq *req, struct iovec *iov,
+                             unsigned int niov);
 
-/* The request completes: copy a read's bounced tail to the guest */
-void virtio_blk_req_data_done(VirtIOBlockReq *req, bool ok);
+/*
+ * Read or write req->qiov, which has more pieces than the backend takes
+ * in one I/O (blk_get_max_iov()), as several I/Os of at most that many,
+ * without copying; @cb(@req, ret) runs once when all are done, ret the
+ * first error or 0.
+ */
+void virtio_blk_req_submit_split(VirtIOBlockReq *req, bool is_write,
+                                 BdrvRequestFlags flags,
+                                 BlockCompletionFunc *cb);
 
 #endif

@@ -28,15 +28,27 @@ typedef struct VirtQueuePool VirtQueuePool;
 VirtQueuePool *virtqueue_pool_new(size_t elem_size, unsigned int inline_sg,
                                   size_t extra_per_sg);
 
-/*
- * Let at most @max_in_flight requests be out at once: past that,
- * virtqueue_pool_may_take() says no, and the pool calls @wake(@opaque)
- * from the thread that gives back the request that frees enough room.
- */
-void virtqueue_pool_set_limit(VirtQueuePool *pool, unsigned int max_in_flight,
-                              void (*wake)(void *opaque), void *opaque);
+/* A pool in the process-wide budget may always keep this many out */
+#define VIRTQUEUE_POOL_MIN_IN_FLIGHT 16
 
-/* Whether the popping thread may take another request now */
+/*
+ * Let at most @max_in_flight requests be out at once, or with 0, the
+ * pool's share of a budget for the whole process: the pools that use it
+ * share what coroutine stacks the host allows in equal parts (see
+ * virtqueue-pool.c).  Past its limit virtqueue_pool_may_take() says no,
+ * and once half of the limit is free again the thread that gives back a
+ * request calls @wake(@opaque) (any thread; it must not allocate or
+ * block).  Once per pool, under the BQL.
+ */
+void virtqueue_pool_limit_in_flight(VirtQueuePool *pool,
+                                    unsigned int max_in_flight,
+                                    void (*wake)(void *opaque), void *opaque);
+
+/*
+ * Whether the popping thread may take another request now.  When it says
+ * no, @wake will be called, and stores the caller made before the call
+ * are visible to @wake.
+ */
 bool virtqueue_pool_may_take(VirtQueuePool *pool);
 
 /* Every object must have been given back. */
