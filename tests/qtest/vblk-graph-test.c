@@ -249,9 +249,12 @@ static void fixed_counts(Guest *g, int64_t *fixed, int64_t *unregistered)
 
 /*
  * A few more rounds on the graph as it is now; with fixed buffers, the
- * node in use must serve them fixed, with no 'unregistered' fallback.
+ * node in use must serve them fixed, with no 'unregistered' fallback
+ * (guest RAM that no ring knows) where the device sits on a file node:
+ * over qcow2, a write that allocates a cluster also writes the rest of
+ * it from a bounce buffer of qcow2's, which rightly goes the normal way.
  */
-static void check_fixed_after(Guest *g)
+static void check_fixed_after(Guest *g, bool on_qcow2)
 {
     int64_t fixed0, unreg0, fixed1, unreg1;
     int i;
@@ -269,7 +272,9 @@ static void check_fixed_after(Guest *g)
                    " unregistered fallbacks", fixed1 - fixed0,
                    unreg1 - unreg0);
     g_assert_cmpint(fixed1 - fixed0, >=, DEPTH);
-    g_assert_cmpint(unreg1 - unreg0, ==, 0);
+    if (!on_qcow2) {
+        g_assert_cmpint(unreg1 - unreg0, ==, 0);
+    }
 }
 
 /* Read the whole disk back through the device and check every byte */
@@ -364,6 +369,14 @@ static void add_file_node(Guest *g, const char *node, const char *path)
               "blockdev-add");
 }
 
+/* What a user does once a node is out of use */
+static void del_node(Guest *g, const char *node)
+{
+    assert_ok(qmp_bounded(g, "blockdev-del",
+                          "{'execute': 'blockdev-del', 'arguments': {"
+                          " 'node-name': '%s'}}", node), "blockdev-del");
+}
+
 /* The status of job @id in query-jobs, or NULL once it is gone */
 static char *job_status(Guest *g, const char *id)
 {
@@ -434,7 +447,7 @@ static void test_resize(const Backend *b)
                              (uint64_t)DISK_SIZE + i * MiB),
                   "block_resize");
     }
-    check_fixed_after(g);
+    check_fixed_after(g, false);
     /* The image grew: the shadow's tail is zeroes */
     d->shadow = g_realloc(d->shadow, DISK_SIZE + 8 * MiB);
     memset(d->shadow + d->capacity, 0, DISK_SIZE + 8 * MiB - d->capacity);
@@ -452,7 +465,7 @@ static void test_stop_cont(const Backend *b)
         assert_ok(under_load(g, "stop", "{'execute': 'stop'}"), "stop");
         assert_ok(qmp_bounded(g, "cont", "{'execute': 'cont'}"), "cont");
     }
-    check_fixed_after(g);
+    check_fixed_after(g, false);
     guest_stop(g, g_strdup(g->d->image));
 }
 
@@ -470,7 +483,7 @@ static void test_reopen(const Backend *b)
                              g->d->image, g->b->json),
                   "blockdev-reopen");
     }
-    check_fixed_after(g);
+    check_fixed_after(g, false);
     guest_stop(g, g_strdup(g->d->image));
 }
 
@@ -482,7 +495,7 @@ static void test_snapshot(const Backend *b)
 
     load_round(g);
     overlay = snapshot(g);
-    check_fixed_after(g);
+    check_fixed_after(g, true);
     guest_stop(g, NULL);
     unlink(overlay);
 }
@@ -501,7 +514,7 @@ static void test_stream(const Backend *b)
                          " 'job-id': 'job0', 'device': 'top0'}}"),
               "block-stream");
     job_wait(g, "job0", NULL);
-    check_fixed_after(g);
+    check_fixed_after(g, true);
     guest_stop(g, NULL);
     unlink(overlay);
 }
@@ -524,7 +537,9 @@ static void test_commit(const Backend *b)
                          "{'execute': 'job-complete', 'arguments': {"
                          " 'id': 'job0'}}"), "job-complete");
     job_wait(g, "job0", NULL);
-    check_fixed_after(g);
+    del_node(g, "top0");
+    del_node(g, "top-file");
+    check_fixed_after(g, false);
     guest_stop(g, g_strdup(g->d->image));
     unlink(overlay);
 }
@@ -547,7 +562,8 @@ static void test_mirror(const Backend *b)
                          "{'execute': 'job-complete', 'arguments': {"
                          " 'id': 'job0'}}"), "job-complete");
     job_wait(g, "job0", NULL);
-    check_fixed_after(g);
+    del_node(g, "disk0");
+    check_fixed_after(g, false);
     guest_stop(g, target);
 }
 
@@ -576,7 +592,8 @@ static void test_backup(const Backend *b)
     before = g_memdup2(g->before, capacity);
     after = g_memdup2(g->d->shadow, capacity);
     job_wait(g, "job0", NULL);
-    check_fixed_after(g);
+    del_node(g, "target0");
+    check_fixed_after(g, false);
 
     g_assert_true(g_file_get_contents(target, (char **)&copy, &len, NULL));
     g_assert_cmpuint(len, ==, capacity);
@@ -607,7 +624,7 @@ static void test_set_iothread(const Backend *b)
                      " 'force': true}}");
     g_assert_true(qdict_haskey(rsp, "error"));
     qobject_unref(rsp);
-    check_fixed_after(g);
+    check_fixed_after(g, false);
     guest_stop(g, g_strdup(g->d->image));
 }
 

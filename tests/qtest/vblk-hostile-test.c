@@ -16,7 +16,8 @@
 
 #define DISK_SIZE (16 * MiB)
 
-static VblkDev *start(const char *dev_opts)
+/* Our device, with @dev_opts, and QEMU arguments @extra */
+static VblkDev *start_with(const char *dev_opts, const char *extra)
 {
     char *image = vblk_make_image(DISK_SIZE);
 
@@ -25,7 +26,12 @@ static VblkDev *start(const char *dev_opts)
                       "-blockdev file,node-name=disk0,filename=%s,"
                       "aio=io_uring,cache.direct=on,aio-fixed-buffers=on "
                       "-device virtio-blk-pci,id=vblk0,addr=04.0,drive=disk0,"
-                      "iothread=io0%s", image, dev_opts);
+                      "iothread=io0%s %s", image, dev_opts, extra);
+}
+
+static VblkDev *start(const char *dev_opts)
+{
+    return start_with(dev_opts, "");
 }
 
 /* The device still reads and writes correctly */
@@ -171,22 +177,21 @@ static void test_split_chains(void)
     }
     {
         /*
-         * Buffers where no RAM is: QEMU maps them through a bounce buffer
-         * (reads from nothing, writes to nothing) and completes the request.
+         * Buffers where no RAM is: a device never reads or writes
+         * anything but guest memory for a request (no bounce buffer).
          */
         struct vring_desc outside[] = {
             vblk_desc(HDR, 16, N, 1), vblk_desc(16 * GiB, 4096, W | N, 2),
             vblk_desc(STATUS, 1, W, 0),
         };
-        expect_status(d, "data outside guest RAM", outside, 3,
-                      VIRTIO_BLK_S_OK);
+        expect_reset(d, "data outside guest RAM", outside, 3);
     }
     {
         struct vring_desc mmio[] = {
             vblk_desc(HDR, 16, N, 1), vblk_desc(0xfebf0000, 4096, W | N, 2),
             vblk_desc(STATUS, 1, W, 0),
         };
-        expect_status(d, "data in MMIO space", mmio, 3, VIRTIO_BLK_S_OK);
+        expect_reset(d, "data in MMIO space", mmio, 3);
     }
     {
         struct vring_desc short_hdr[] = {
@@ -221,16 +226,11 @@ static void test_split_chains(void)
         expect_reset(d, "indirect chain longer than 1024", longer, 1);
     }
     {
-        /*
-         * Header and status byte where no RAM is: both go through the
-         * bounce buffer, the header reads as whatever unassigned memory
-         * gives, the status goes nowhere, and the request completes.
-         */
+        /* Header and status byte where no RAM is: the same */
         struct vring_desc nohdr[] = {
             vblk_desc(16 * GiB, 16, N, 1), vblk_desc(16 * GiB + 4096, 1, W, 0),
         };
-        g_test_message("header and status outside guest RAM: completes");
-        g_assert_false(vblk_raw_chain(d, 0, nohdr, 2, NULL, 0));
+        expect_reset(d, "header and status outside guest RAM", nohdr, 2);
     }
     still_works(d, gen++);
     vblk_stop(d);
@@ -266,6 +266,70 @@ static void test_own_registers(void)
     expect_reset(d, "write from the device's notification area", out, 3);
     write_header(d, VIRTIO_BLK_T_IN, 0);
     still_works(d, 3);
+    vblk_stop(d);
+}
+
+/*
+ * Buffers in another device's registers, in ROM and where nothing is
+ * mapped: a device must never read or write MMIO on behalf of a request,
+ * from whatever thread completes it (a second virtio-blk's common
+ * configuration reset from our IOThread aborts QEMU).  Each is a broken
+ * chain: NEEDS_RESET, and after the reset the device works.
+ */
+static void test_other_memory(gconstpointer opaque)
+{
+    const char *other_opts = opaque;
+    VblkDev *d = start_with("", other_opts);
+    QPCIDevice *other = qpci_device_find(d->bus, QPCI_DEVFN(5, 0));
+    QPCIBar bar;
+    uint64_t common;
+    const uint64_t rom = 0xfffff000;        /* the top of the BIOS */
+    const uint64_t unassigned = 0xc0000000; /* PCI hole, no BAR here */
+    struct vring_desc into_other[] = {
+        vblk_desc(HDR, 16, N, 1), vblk_desc(0, 64, W | N, 2),
+        vblk_desc(STATUS, 1, W, 0),
+    };
+    struct vring_desc from_other[] = {
+        vblk_desc(HDR, 16, N, 1), vblk_desc(0, 512, N, 2),
+        vblk_desc(STATUS, 1, W, 0),
+    };
+    struct vring_desc into_rom[] = {
+        vblk_desc(HDR, 16, N, 1), vblk_desc(rom, 512, W | N, 2),
+        vblk_desc(STATUS, 1, W, 0),
+    };
+    struct vring_desc into_nothing[] = {
+        vblk_desc(HDR, 16, N, 1), vblk_desc(unassigned, 512, W | N, 2),
+        vblk_desc(STATUS, 1, W, 0),
+    };
+    struct vring_desc from_nothing[] = {
+        vblk_desc(HDR, 16, N, 1), vblk_desc(unassigned, 512, N, 2),
+        vblk_desc(STATUS, 1, W, 0),
+    };
+
+    /* The other device's modern BAR: common configuration at its start */
+    g_assert_nonnull(other);
+    bar = qpci_iomap(other, 4, NULL);
+    qpci_device_enable(other);
+    common = bar.addr;
+    into_other[1] = vblk_desc(common, 64, W | N, 2);
+    from_other[1] = vblk_desc(common, 512, N, 2);
+
+    still_works(d, 1);
+    write_header(d, VIRTIO_BLK_T_IN, 0);
+    expect_reset(d, "read into another device's registers", into_other, 3);
+    still_works(d, 2);
+    write_header(d, VIRTIO_BLK_T_OUT, 0);
+    expect_reset(d, "write from another device's registers", from_other, 3);
+    write_header(d, VIRTIO_BLK_T_IN, 0);
+    expect_reset(d, "read into ROM", into_rom, 3);
+    write_header(d, VIRTIO_BLK_T_IN, 0);
+    expect_reset(d, "read into unassigned space", into_nothing, 3);
+    write_header(d, VIRTIO_BLK_T_OUT, 0);
+    expect_reset(d, "write from unassigned space", from_nothing, 3);
+    still_works(d, 3);
+    /* The other device is alive, its registers untouched by our requests */
+    g_assert_cmpint(qpci_io_readb(other, bar, 0x14), ==, 0);
+    g_free(other);
     vblk_stop(d);
 }
 
@@ -410,16 +474,14 @@ static void test_packed_chains(void)
             pdesc(HDR, 16, N, 0), pdesc(16 * GiB, 4096, W | N, 0),
             pdesc(STATUS, 1, W, 1),
         };
-        expect_packed_status(d, "data outside guest RAM", outside, 3,
-                             VIRTIO_BLK_S_OK);
+        expect_packed_reset(d, "data outside guest RAM", outside, 3);
     }
     {
         struct vring_packed_desc mmio[] = {
             pdesc(HDR, 16, N, 0), pdesc(0xfebf0000, 4096, W | N, 0),
             pdesc(STATUS, 1, W, 2),
         };
-        expect_packed_status(d, "data in MMIO space", mmio, 3,
-                             VIRTIO_BLK_S_OK);
+        expect_packed_reset(d, "data in MMIO space", mmio, 3);
     }
     {
         /* Buffer ids are the driver's business: any value comes back */
@@ -510,6 +572,15 @@ int main(int argc, char **argv)
     g_test_init(&argc, &argv, NULL);
     qtest_add_func("/vblk-hostile/split-chains", test_split_chains);
     qtest_add_func("/vblk-hostile/own-registers", test_own_registers);
+    qtest_add_data_func("/vblk-hostile/other-memory/plain",
+                        "-blockdev null-co,node-name=null0 "
+                        "-device virtio-blk-pci,addr=05.0,drive=null0",
+                        test_other_memory);
+    qtest_add_data_func("/vblk-hostile/other-memory/iothread",
+                        "-object iothread,id=io1 "
+                        "-blockdev null-co,node-name=null0 "
+                        "-device virtio-blk-pci,addr=05.0,drive=null0,"
+                        "iothread=io1", test_other_memory);
     qtest_add_func("/vblk-hostile/packed-chains", test_packed_chains);
     qtest_add_func("/vblk-hostile/packed-indirect-zero",
                    test_packed_indirect_zero);

@@ -452,6 +452,72 @@ static void test_queue_size_32768(const Backend *b)
     large_queue(b, 32768);
 }
 
+/* --- oversized and aliased requests ---------------------------------- */
+
+/* QEMU's peak resident memory, in bytes */
+static uint64_t qemu_peak_rss(VblkDev *d)
+{
+    g_autofree char *path = g_strdup_printf("/proc/%d/status",
+                                            (int)qtest_pid(d->qts));
+    g_autofree char *status = NULL;
+    const char *hwm;
+
+    g_assert_true(g_file_get_contents(path, &status, NULL, NULL));
+    hwm = strstr(status, "VmHWM:");
+    g_assert_nonnull(hwm);
+    return g_ascii_strtoull(hwm + strlen("VmHWM:"), NULL, 10) * KiB;
+}
+
+/* Host memory may grow by this much at most while a request is served */
+#define RSS_SLACK (8 * MiB)
+
+/*
+ * Requests of more pieces than one host I/O takes, large and aliased:
+ * host memory must not grow with their size.  A write of 1535 pieces of
+ * 2 MiB that all point at the same guest memory (3 GiB, past the end of
+ * the disk) gets IOERR, and a request of 1535 distinct 32 KiB pieces
+ * (48 MiB, served as two host I/Os) is written and read back intact, with
+ * QEMU's peak RSS growing by at most RSS_SLACK for each.
+ */
+static void test_oversized(const Backend *b)
+{
+    enum { PIECES = 1535 };
+    VblkDev *d = start(b, 512 * MiB, "-m 512M", 1,
+                       ",queue-size=2048,iothread=io0");
+    g_autofree VblkSeg *segs = g_new(VblkSeg, PIECES);
+    VblkIo io = { .type = VIRTIO_BLK_T_OUT, .segs = segs, .nsegs = PIECES };
+    uint64_t before;
+    int i;
+
+    for (i = 0; i < PIECES; i++) {
+        segs[i] = (VblkSeg) { d->data_start, 2 * MiB };
+    }
+    qtest_memset(d->qts, d->data_start, 0x5a, 2 * MiB);
+    before = qemu_peak_rss(d);
+    vblk_run(d, &io, 1);
+    g_assert_cmpint(io.status, ==, VIRTIO_BLK_S_IOERR);
+    g_test_message("aliased 3 GiB write: peak RSS %" PRIu64 " -> %" PRIu64
+                   " MiB", before / MiB, qemu_peak_rss(d) / MiB);
+    g_assert_cmpuint(qemu_peak_rss(d), <=, before + RSS_SLACK);
+
+    /* 32 KiB pieces 64 KiB apart: none can be merged */
+    io.nsegs = spread(segs, d->data_start, PIECES, 32 * KiB, 32 * KiB);
+    vblk_fill(d, &io, 120);
+    before = qemu_peak_rss(d);
+    vblk_run(d, &io, 1);
+    g_assert_cmpint(io.status, ==, VIRTIO_BLK_S_OK);
+    io.type = VIRTIO_BLK_T_IN;
+    vblk_poison(d, &io);
+    vblk_run(d, &io, 1);
+    g_assert_cmpint(io.status, ==, VIRTIO_BLK_S_OK);
+    vblk_check(d, &io);
+    g_test_message("48 MiB write and read of %d pieces: peak RSS %" PRIu64
+                   " -> %" PRIu64 " MiB", io.nsegs, before / MiB,
+                   qemu_peak_rss(d) / MiB);
+    g_assert_cmpuint(qemu_peak_rss(d), <=, before + RSS_SLACK);
+    stop(b, d);
+}
+
 /* The most queues QEMU supports: the last one works like the first */
 static void test_1024_queues(const Backend *b)
 {
@@ -499,7 +565,8 @@ static VblkDev *start_throttled(const Backend *b, unsigned nvqs,
     char *image = vblk_make_image(DISK_SIZE);
 
     return vblk_start(512 * MiB, image, nvqs,
-                      "-machine pc -m 512M -object iothread,id=io0 "
+                      "-machine pc -m 512M -name debug-threads=on "
+                      "-object iothread,id=io0 "
                       "-object throttle-group,id=tg0,x-iops-total=%u "
                       "-blockdev file,node-name=file0,filename=%s,%s "
                       "-blockdev throttle,node-name=disk0,"
@@ -587,6 +654,26 @@ static uint32_t queue_in_use(VblkDev *d, uint16_t *used_idx)
 }
 
 /*
+ * Wait until queue 0 has used @n requests, checking that it never has
+ * more than @limit in flight; returns the most it had.
+ */
+static uint32_t wait_all_used(VblkDev *d, uint16_t n, uint32_t limit)
+{
+    gint64 deadline = g_get_monotonic_time() + VBLK_TIMEOUT_US;
+    uint32_t inuse, most = 0;
+    uint16_t used_idx;
+
+    do {
+        g_assert(g_get_monotonic_time() < deadline);
+        inuse = queue_in_use(d, &used_idx);
+        g_assert_cmpuint(inuse, <=, limit);
+        most = MAX(most, inuse);
+        g_usleep(5 * 1000);
+    } while (used_idx != n);
+    return most;
+}
+
+/*
  * A queue may only have so many requests in flight (x-max-in-flight here;
  * by default what coroutine stacks allow): with 512 writes made available
  * at once and held back by a throttle group, the device never takes more
@@ -600,9 +687,7 @@ static void test_in_flight_limit(const Backend *b)
                                  ",queue-size=1024,x-max-in-flight=64");
     g_autofree VblkSeg *segs = g_new(VblkSeg, N);
     g_autofree VblkIo *ios = g_new0(VblkIo, N);
-    gint64 deadline = g_get_monotonic_time() + VBLK_TIMEOUT_US;
-    uint32_t inuse, most = 0;
-    uint16_t used_idx;
+    uint32_t most;
     int i;
 
     for (i = 0; i < N; i++) {
@@ -615,17 +700,150 @@ static void test_in_flight_limit(const Backend *b)
         vblk_fill(d, &ios[i], 130 + i);
     }
     g_assert_cmpint(vblk_run_for(d, ios, N, 50 * 1000), <, N);
-    do {
-        g_assert(g_get_monotonic_time() < deadline);
-        inuse = queue_in_use(d, &used_idx);
-        g_assert_cmpuint(inuse, <=, LIMIT);
-        most = MAX(most, inuse);
-        g_usleep(5 * 1000);
-    } while (used_idx != N);
+    most = wait_all_used(d, N, LIMIT);
     g_test_message("at most %u of %u requests in flight", most, N);
     g_assert_cmpuint(most, >, LIMIT / 2);
 
     reset_and_read_back(d, ios, N);
+}
+
+/* CPU time (user + system) of QEMU's thread named @comm, in seconds */
+static double thread_cpu(VblkDev *d, const char *comm)
+{
+    g_autofree char *dir = g_strdup_printf("/proc/%d/task",
+                                           (int)qtest_pid(d->qts));
+    GDir *tasks = g_dir_open(dir, 0, NULL);
+    const char *tid;
+    double cpu = -1;
+
+    g_assert_nonnull(tasks);
+    while ((tid = g_dir_read_name(tasks))) {
+        g_autofree char *path = g_strdup_printf("%s/%s/stat", dir, tid);
+        g_autofree char *stat = NULL;
+        g_auto(GStrv) fields = NULL;
+        const char *name, *end;
+
+        if (!g_file_get_contents(path, &stat, NULL, NULL)) {
+            continue;
+        }
+        name = strchr(stat, '(');
+        end = strrchr(stat, ')');
+        if (!name || !end || strncmp(name + 1, comm, end - name - 1) ||
+            strlen(comm) != end - name - 1) {
+            continue;
+        }
+        /* After the name: state is field 3, utime 14 and stime 15 */
+        fields = g_strsplit(end + 2, " ", 0);
+        cpu = (g_ascii_strtod(fields[11], NULL) +
+               g_ascii_strtod(fields[12], NULL)) / sysconf(_SC_CLK_TCK);
+    }
+    g_dir_close(tasks);
+    g_assert_cmpfloat(cpu, >=, 0);
+    return cpu;
+}
+
+/*
+ * A queue at its limit sleeps until completions make room: with 512
+ * writes in the ring, 64 allowed in flight and a throttle group letting
+ * 200 through per second, the device's IOThread must use almost no CPU
+ * while it waits (it used a whole CPU polling the ring it would not take
+ * from).
+ */
+static void test_in_flight_idle(const Backend *b)
+{
+    enum { N = 512 };
+    VblkDev *d = start_throttled(b, 1, 200,
+                                 ",queue-size=1024,x-max-in-flight=64");
+    g_autofree VblkSeg *segs = g_new(VblkSeg, N);
+    g_autofree VblkIo *ios = g_new0(VblkIo, N);
+    double cpu0, cpu1;
+    gint64 t0, t1;
+    uint32_t inuse;
+    uint16_t used_idx;
+    int i;
+
+    for (i = 0; i < N; i++) {
+        segs[i] = (VblkSeg) { d->data_start + i * 4 * KiB, 4 * KiB };
+        ios[i] = (VblkIo) {
+            .type = VIRTIO_BLK_T_OUT, .offset = i * 8 * KiB,
+            .segs = &segs[i], .nsegs = 1, .indirect = true,
+        };
+        vblk_fill(d, &ios[i], 140 + i);
+    }
+    g_assert_cmpint(vblk_run_for(d, ios, N, 50 * 1000), <, N);
+    /* Between the limit and its half: woken at half, filled to the limit */
+    inuse = queue_in_use(d, &used_idx);
+    g_assert_cmpuint(inuse, >=, 32);
+    g_assert_cmpuint(inuse, <=, 64);
+    cpu0 = thread_cpu(d, "IO io0");
+    t0 = g_get_monotonic_time();
+    g_usleep(1000 * 1000);
+    cpu1 = thread_cpu(d, "IO io0");
+    t1 = g_get_monotonic_time();
+    g_test_message("IOThread CPU while at the limit: %.0f%% of %.2f s",
+                   100 * (cpu1 - cpu0) / ((t1 - t0) / 1e6), (t1 - t0) / 1e6);
+    g_assert_cmpfloat(cpu1 - cpu0, <, 0.2 * (t1 - t0) / 1e6);
+    wait_all_used(d, N, 64);
+    reset_and_read_back(d, ios, N);
+}
+
+/*
+ * The budget of requests in flight is one for the whole process: with
+ * @ndevs devices of 64 queues each, a queue of ours keeps at most its
+ * equal share of half the coroutine stacks the host allows, however many
+ * other devices there are (each device used to take half for itself).
+ */
+static void in_flight_budget(const Backend *b, int ndevs)
+{
+    enum { N = 512, Q = 64 };
+    g_autofree char *max_map_count = NULL;
+    g_autoptr(GString) others = g_string_new("");
+    g_autofree char *dev_opts = NULL;
+    g_autofree VblkSeg *segs = g_new(VblkSeg, N);
+    g_autofree VblkIo *ios = g_new0(VblkIo, N);
+    unsigned long stacks, share;
+    uint32_t most;
+    VblkDev *d;
+    int i;
+
+    g_assert_true(g_file_get_contents("/proc/sys/vm/max_map_count",
+                                      &max_map_count, NULL, NULL));
+    stacks = MAX(strtol(max_map_count, NULL, 10) - 5000, 0) / 2;
+    share = MAX(stacks / 2 / (ndevs * Q), 16);
+    g_assert_cmpuint(share, <, N);
+    for (i = 1; i < ndevs; i++) {
+        g_string_append_printf(others, " -blockdev null-co,node-name=null%d"
+                               " -device virtio-blk-pci,addr=%02x.0,"
+                               "drive=null%d,num-queues=%d,iothread=io0",
+                               i, 4 + i, i, Q);
+    }
+    dev_opts = g_strdup_printf(",queue-size=1024%s", others->str);
+    d = start_throttled(b, Q, 500, dev_opts);
+    for (i = 0; i < N; i++) {
+        segs[i] = (VblkSeg) { d->data_start + i * 4 * KiB, 4 * KiB };
+        ios[i] = (VblkIo) {
+            /* One descriptor each: all of them fit in the ring at once */
+            .type = VIRTIO_BLK_T_OUT, .offset = i * 8 * KiB,
+            .segs = &segs[i], .nsegs = 1, .indirect = true,
+        };
+        vblk_fill(d, &ios[i], 150 + i);
+    }
+    g_assert_cmpint(vblk_run_for(d, ios, N, 50 * 1000), <, N);
+    most = wait_all_used(d, N, share);
+    g_test_message("%d devices x %d queues: at most %u in flight, share %lu",
+                   ndevs, Q, most, share);
+    g_assert_cmpuint(most, >, share / 2);
+    reset_and_read_back(d, ios, N);
+}
+
+static void test_in_flight_budget_2(const Backend *b)
+{
+    in_flight_budget(b, 2);
+}
+
+static void test_in_flight_budget_8(const Backend *b)
+{
+    in_flight_budget(b, 8);
 }
 
 /* Reset while requests are in flight (vblk_reset() follows anyway) */
@@ -714,11 +932,15 @@ static const struct {
     { "queues/256-2-iothreads", test_256_queues_2_iothreads },
     { "queue-size/2048", test_queue_size_2048 },
     { "queue-size/32768", test_queue_size_32768 },
+    { "oversized", test_oversized },
     { "queues/1024", test_1024_queues },
     { "queues/1-32768-deep", test_deep_queue },
     { "in-flight/reset", test_in_flight_reset },
     { "in-flight/stop", test_in_flight_stop },
     { "in-flight/limit", test_in_flight_limit },
+    { "in-flight/idle-at-limit", test_in_flight_idle },
+    { "in-flight/budget-2-devices", test_in_flight_budget_2 },
+    { "in-flight/budget-8-devices", test_in_flight_budget_8 },
     { "errors", test_errors },
 };
 
