@@ -86,10 +86,11 @@ static QDict *G_GNUC_PRINTF(3, 0) qmp_vbounded(Guest *g, const char *name,
                                               const char *fmt, va_list ap)
 {
     g_autofree char *cmd = g_strdup_vprintf(fmt, ap);
+    struct sigaction sa = { .sa_handler = op_timed_out };
     QDict *rsp;
 
     op_name = name;
-    signal(SIGALRM, op_timed_out);
+    sigaction(SIGALRM, &sa, NULL);
     alarm(OP_BOUND_S);
     qtest_qmp_send_raw(g->d->qts, "%s", cmd);
     rsp = qtest_qmp_receive(g->d->qts);

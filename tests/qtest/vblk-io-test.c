@@ -10,6 +10,7 @@
  */
 
 #include "qemu/osdep.h"
+#include "qemu/cutils.h"
 #include "qemu/units.h"
 #include "qobject/qdict.h"
 #include "qobject/qlist.h"
@@ -802,13 +803,16 @@ static void in_flight_budget(const Backend *b, int ndevs)
     g_autofree VblkSeg *segs = g_new(VblkSeg, N);
     g_autofree VblkIo *ios = g_new0(VblkIo, N);
     unsigned long stacks, share;
+    long map_count;
     uint32_t most;
     VblkDev *d;
     int i;
 
     g_assert_true(g_file_get_contents("/proc/sys/vm/max_map_count",
                                       &max_map_count, NULL, NULL));
-    stacks = MAX(strtol(max_map_count, NULL, 10) - 5000, 0) / 2;
+    g_assert_cmpint(qemu_strtol(g_strstrip(max_map_count), NULL, 10,
+                                &map_count), ==, 0);
+    stacks = MAX(map_count - 5000, 0) / 2;
     share = MAX(stacks / 2 / (ndevs * Q), 16);
     g_assert_cmpuint(share, <, N);
     for (i = 1; i < ndevs; i++) {
