@@ -655,6 +655,27 @@ static uint32_t queue_in_use(VblkDev *d, uint16_t *used_idx)
 }
 
 /*
+ * Make @n writes available at once on queue 0, one indirect descriptor
+ * each so that all fit in the ring, 4 KiB apart in guest RAM and 8 KiB
+ * apart on disk (never merged), and return while most are still waiting.
+ */
+static void held_writes(VblkDev *d, VblkSeg *segs, VblkIo *ios, int n,
+                        unsigned gen)
+{
+    int i;
+
+    for (i = 0; i < n; i++) {
+        segs[i] = (VblkSeg) { d->data_start + i * 4 * KiB, 4 * KiB };
+        ios[i] = (VblkIo) {
+            .type = VIRTIO_BLK_T_OUT, .offset = i * 8 * KiB,
+            .segs = &segs[i], .nsegs = 1, .indirect = true,
+        };
+        vblk_fill(d, &ios[i], gen + i);
+    }
+    g_assert_cmpint(vblk_run_for(d, ios, n, 50 * 1000), <, n);
+}
+
+/*
  * Wait until queue 0 has used @n requests, checking that it never has
  * more than @limit in flight; returns the most it had.
  */
@@ -689,18 +710,8 @@ static void test_in_flight_limit(const Backend *b)
     g_autofree VblkSeg *segs = g_new(VblkSeg, N);
     g_autofree VblkIo *ios = g_new0(VblkIo, N);
     uint32_t most;
-    int i;
 
-    for (i = 0; i < N; i++) {
-        segs[i] = (VblkSeg) { d->data_start + i * 4 * KiB, 4 * KiB };
-        ios[i] = (VblkIo) {
-            /* Not adjacent: virtio-blk would merge them into one I/O */
-            .type = VIRTIO_BLK_T_OUT, .offset = i * 8 * KiB,
-            .segs = &segs[i], .nsegs = 1, .indirect = true,
-        };
-        vblk_fill(d, &ios[i], 130 + i);
-    }
-    g_assert_cmpint(vblk_run_for(d, ios, N, 50 * 1000), <, N);
+    held_writes(d, segs, ios, N, 130);
     most = wait_all_used(d, N, LIMIT);
     g_test_message("at most %u of %u requests in flight", most, N);
     g_assert_cmpuint(most, >, LIMIT / 2);
@@ -708,84 +719,83 @@ static void test_in_flight_limit(const Backend *b)
     reset_and_read_back(d, ios, N);
 }
 
-/* CPU time (user + system) of QEMU's thread named @comm, in seconds */
-static double thread_cpu(VblkDev *d, const char *comm)
+/* How long QEMU's thread named @comm has run, in ns (its schedstat) */
+static uint64_t thread_run_ns(VblkDev *d, const char *comm)
 {
     g_autofree char *dir = g_strdup_printf("/proc/%d/task",
                                            (int)qtest_pid(d->qts));
     GDir *tasks = g_dir_open(dir, 0, NULL);
     const char *tid;
-    double cpu = -1;
+    uint64_t ns = 0;
+    bool found = false;
 
     g_assert_nonnull(tasks);
     while ((tid = g_dir_read_name(tasks))) {
-        g_autofree char *path = g_strdup_printf("%s/%s/stat", dir, tid);
+        g_autofree char *path = g_strdup_printf("%s/%s/comm", dir, tid);
+        g_autofree char *name = NULL;
         g_autofree char *stat = NULL;
-        g_auto(GStrv) fields = NULL;
-        const char *name, *end;
 
-        if (!g_file_get_contents(path, &stat, NULL, NULL)) {
+        if (!g_file_get_contents(path, &name, NULL, NULL) ||
+            strcmp(g_strstrip(name), comm)) {
             continue;
         }
-        name = strchr(stat, '(');
-        end = strrchr(stat, ')');
-        if (!name || !end || strncmp(name + 1, comm, end - name - 1) ||
-            strlen(comm) != end - name - 1) {
-            continue;
-        }
-        /* After the name: state is field 3, utime 14 and stime 15 */
-        fields = g_strsplit(end + 2, " ", 0);
-        cpu = (g_ascii_strtod(fields[11], NULL) +
-               g_ascii_strtod(fields[12], NULL)) / sysconf(_SC_CLK_TCK);
+        g_free(path);
+        path = g_strdup_printf("%s/%s/schedstat", dir, tid);
+        g_assert_true(g_file_get_contents(path, &stat, NULL, NULL));
+        ns = g_ascii_strtoull(stat, NULL, 10);
+        found = true;
     }
     g_dir_close(tasks);
-    g_assert_cmpfloat(cpu, >=, 0);
-    return cpu;
+    g_assert_true(found);
+    return ns;
 }
 
 /*
- * A queue at its limit sleeps until completions make room: with 512
- * writes in the ring, 64 allowed in flight and a throttle group letting
- * 200 through per second, the device's IOThread must use almost no CPU
- * while it waits (it used a whole CPU polling the ring it would not take
- * from).
+ * A queue at its limit sleeps until completions make room.  null-co
+ * completes each request after 10 ms, the queue may have 16 in flight
+ * and 512 wait in the ring: while it serves them, the device's IOThread
+ * must spend no more than MAX_US_PER_REQ of CPU per request.  When a
+ * queue at its limit still looked ready to the event loop's polling, the
+ * IOThread polled it over and over between completions (137 us per
+ * request against 15 us without the limit, in the report that found it).
  */
-static void test_in_flight_idle(const Backend *b)
+#define MAX_US_PER_REQ 60
+
+static void test_in_flight_idle(void)
 {
-    enum { N = 512 };
-    VblkDev *d = start_throttled(b, 1, 200,
-                                 ",queue-size=1024,x-max-in-flight=64");
+    enum { N = 512, LIMIT = 16 };
+    VblkDev *d = vblk_start(512 * MiB, vblk_make_image(16 * MiB), 1,
+                            "-machine pc -m 512M -name debug-threads=on "
+                            "-object iothread,id=io0 "
+                            "-blockdev null-co,node-name=disk0,"
+                            "latency-ns=10000000 "
+                            "-device virtio-blk-pci,id=vblk0,addr=04.0,"
+                            "drive=disk0,iothread=io0,queue-size=1024,"
+                            "x-max-in-flight=%d", LIMIT);
     g_autofree VblkSeg *segs = g_new(VblkSeg, N);
     g_autofree VblkIo *ios = g_new0(VblkIo, N);
-    double cpu0, cpu1;
-    gint64 t0, t1;
-    uint32_t inuse;
-    uint16_t used_idx;
-    int i;
+    uint64_t ns0, ns1, per_req;
+    uint16_t used0, used1;
 
-    for (i = 0; i < N; i++) {
-        segs[i] = (VblkSeg) { d->data_start + i * 4 * KiB, 4 * KiB };
-        ios[i] = (VblkIo) {
-            .type = VIRTIO_BLK_T_OUT, .offset = i * 8 * KiB,
-            .segs = &segs[i], .nsegs = 1, .indirect = true,
-        };
-        vblk_fill(d, &ios[i], 140 + i);
-    }
-    g_assert_cmpint(vblk_run_for(d, ios, N, 50 * 1000), <, N);
-    /* Between the limit and its half: woken at half, filled to the limit */
-    inuse = queue_in_use(d, &used_idx);
-    g_assert_cmpuint(inuse, >=, 32);
-    g_assert_cmpuint(inuse, <=, 64);
-    cpu0 = thread_cpu(d, "IO io0");
-    t0 = g_get_monotonic_time();
+    held_writes(d, segs, ios, N, 140);
+    queue_in_use(d, &used0);
+    ns0 = thread_run_ns(d, "IO io0");
     g_usleep(1000 * 1000);
-    cpu1 = thread_cpu(d, "IO io0");
-    t1 = g_get_monotonic_time();
-    g_test_message("IOThread CPU while at the limit: %.0f%% of %.2f s",
-                   100 * (cpu1 - cpu0) / ((t1 - t0) / 1e6), (t1 - t0) / 1e6);
-    g_assert_cmpfloat(cpu1 - cpu0, <, 0.2 * (t1 - t0) / 1e6);
-    wait_all_used(d, N, 64);
-    reset_and_read_back(d, ios, N);
+    ns1 = thread_run_ns(d, "IO io0");
+    queue_in_use(d, &used1);
+    g_assert_cmpuint(used1 - used0, >, 100);
+    per_req = (ns1 - ns0) / 1000 / (uint16_t)(used1 - used0);
+    g_test_message("IOThread CPU at the limit: %" PRIu64 " us per request "
+                   "(%u requests)", per_req, (uint16_t)(used1 - used0));
+    g_assert_cmpuint(per_req, <=, MAX_US_PER_REQ);
+    wait_all_used(d, N, LIMIT);
+
+    /* null-co keeps nothing: no image to check */
+    vblk_quit(d);
+    unlink(d->image);
+    g_free(d->image);
+    g_free(d->shadow);
+    g_free(d);
 }
 
 /*
@@ -823,16 +833,7 @@ static void in_flight_budget(const Backend *b, int ndevs)
     }
     dev_opts = g_strdup_printf(",queue-size=1024%s", others->str);
     d = start_throttled(b, Q, 500, dev_opts);
-    for (i = 0; i < N; i++) {
-        segs[i] = (VblkSeg) { d->data_start + i * 4 * KiB, 4 * KiB };
-        ios[i] = (VblkIo) {
-            /* One descriptor each: all of them fit in the ring at once */
-            .type = VIRTIO_BLK_T_OUT, .offset = i * 8 * KiB,
-            .segs = &segs[i], .nsegs = 1, .indirect = true,
-        };
-        vblk_fill(d, &ios[i], 150 + i);
-    }
-    g_assert_cmpint(vblk_run_for(d, ios, N, 50 * 1000), <, N);
+    held_writes(d, segs, ios, N, 150);
     most = wait_all_used(d, N, share);
     g_test_message("%d devices x %d queues: at most %u in flight, share %lu",
                    ndevs, Q, most, share);
@@ -942,7 +943,6 @@ static const struct {
     { "in-flight/reset", test_in_flight_reset },
     { "in-flight/stop", test_in_flight_stop },
     { "in-flight/limit", test_in_flight_limit },
-    { "in-flight/idle-at-limit", test_in_flight_idle },
     { "in-flight/budget-2-devices", test_in_flight_budget_2 },
     { "in-flight/budget-8-devices", test_in_flight_budget_8 },
     { "errors", test_errors },
@@ -972,5 +972,6 @@ int main(int argc, char **argv)
         }
     }
     qtest_add_func("/vblk-io/queues/1025", test_1025_queues);
+    qtest_add_func("/vblk-io/in-flight/idle-at-limit", test_in_flight_idle);
     return g_test_run();
 }
