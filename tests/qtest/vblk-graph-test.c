@@ -91,7 +91,8 @@ static QDict *G_GNUC_PRINTF(3, 0) qmp_vbounded(Guest *g, const char *name,
 
     op_name = name;
     sigaction(SIGALRM, &sa, NULL);
-    alarm(OP_BOUND_S);
+    alarm(g_getenv("VBLK_OP_BOUND_S") ? atoi(g_getenv("VBLK_OP_BOUND_S")) :
+          OP_BOUND_S);
     qtest_qmp_send_raw(g->d->qts, "%s", cmd);
     rsp = qtest_qmp_receive(g->d->qts);
     alarm(0);
