@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <sched.h>
 #include <sstream>
 
 namespace vblk {
@@ -107,6 +108,10 @@ QEMU:
   --start-timeout SEC    how long QEMU may take to come up [60]
   --print-pid            print "qemu-pid PID" on stderr once QEMU is up
   --pid-file FILE        write QEMU's pid there once it is up
+  --iothread-cpu N       pin QEMU's iothread (only that thread) to CPU N
+  --phase-file FILE      write "measure" there when the measured time
+                         begins and "end" when it ends (for an outside
+                         observer of CPU use)
   --query-fixed          record x-query-io-uring-buffers (implied by
                          --fixed-buffers on)
 Guest RAM:
@@ -162,6 +167,8 @@ bool parse_options(int argc, const char* const* argv, Options& options,
         {"--qemu-log", [&](auto& v) { options.qemu_log = v; }},
         {"--start-timeout", [&](auto& v) { options.start_timeout_s = need_count("--start-timeout", v, 1, 86400); }},
         {"--pid-file", [&](auto& v) { options.pid_file = v; }},
+        {"--iothread-cpu", [&](auto& v) { options.iothread_cpu = static_cast<int>(need_count("--iothread-cpu", v, 0, CPU_SETSIZE - 1)); }},
+        {"--phase-file", [&](auto& v) { options.phase_file = v; }},
         {"--mem-dir", [&](auto& v) { options.mem_dir = v; }},
         {"--mem", [&](auto& v) { options.mem = need_size("--mem", v); }},
         {"--buffer-pool", [&](auto& v) { options.buffer_pool = need_size("--buffer-pool", v); }},

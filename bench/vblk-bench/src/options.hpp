@@ -25,6 +25,8 @@ struct Options {
     unsigned start_timeout_s = 60;
     bool print_pid = false;
     std::string pid_file;
+    int iothread_cpu = -1;              // pin QEMU's iothread there; -1: not
+    std::string phase_file;             // "measure", then "end", as they begin
     bool query_fixed = false;           // record x-query-io-uring-buffers
 
     // Guest RAM
