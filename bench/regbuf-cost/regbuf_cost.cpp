@@ -2,11 +2,12 @@
 // host, measured on a raw ring (the baseline for QEMU's own registration
 // of guest RAM, scripts/bench).
 //
-//   regbuf-cost --size 4g --dir /dev/hugepages [--chunk 1g]
+//   regbuf-cost --size 4g --dir /dev/hugepages [--chunk 1g] [--prefault]
 //
 // Maps a file of --size in --dir (a hugetlbfs mount for 2 MiB pages, a
 // tmpfs such as /dev/shm for 4 KiB pages) shared, as QEMU maps guest RAM
-// with memory-backend-file,share=on, without touching it, then registers
+// with memory-backend-file,share=on, without touching it (--prefault:
+// writes every page first, untimed, as prealloc=on would), then registers
 // it as buffers of --chunk bytes each with one io_uring_register_buffers()
 // call.  Prints one JSON object: the wall time of the registration, the
 // kernel memory it took (/proc/meminfo: unreclaimable slab plus vmalloc,
@@ -38,6 +39,7 @@ struct Options {
     uint64_t size = 1ull << 30;
     uint64_t chunk = 1ull << 30;
     std::string dir = "/dev/shm";
+    bool prefault = false;
 };
 
 [[noreturn]] void fail(const std::string& what)
@@ -68,8 +70,14 @@ uint64_t parse_size(const std::string& text)
 Options parse_options(int argc, char** argv)
 {
     Options o;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        std::string name = argv[i], value = argv[i + 1];
+    std::vector<std::string> args(argv + 1, argv + argc);
+    if (!args.empty() && args.back() == "--prefault") {
+        o.prefault = true;
+        args.pop_back();
+    }
+    for (size_t i = 0; i + 1 < args.size(); i += 2) {
+        const std::string& name = args[i];
+        const std::string& value = args[i + 1];
         if (name == "--size") {
             o.size = parse_size(value);
         } else if (name == "--chunk") {
@@ -80,8 +88,8 @@ Options parse_options(int argc, char** argv)
             fail("unknown option " + name);
         }
     }
-    if (argc % 2 == 0) {
-        fail("usage: regbuf-cost --size N --dir DIR [--chunk N]");
+    if (args.size() % 2) {
+        fail("usage: regbuf-cost --size N --dir DIR [--chunk N] [--prefault]");
     }
     if (!o.chunk || o.chunk > (1ull << 30)) {
         fail("--chunk: from one byte to 1 GiB (the kernel's limit per buffer)");
@@ -166,6 +174,11 @@ int run(const Options& o)
 {
     raise_memlock();
     MappedFile file(o.dir, o.size);
+    if (o.prefault) {
+        for (uint64_t at = 0; at < o.size; at += 4096) {
+            file.data()[at] = 1;
+        }
+    }
     std::vector<iovec> chunks;
     for (uint64_t at = 0; at < o.size; at += o.chunk) {
         chunks.push_back({file.data() + at, static_cast<size_t>(std::min(o.chunk, o.size - at))});
@@ -192,11 +205,12 @@ int run(const Options& o)
     using seconds = std::chrono::duration<double>;
     int64_t kernel = kernel_kib(after) - kernel_kib(before);
     std::printf("{\"size\": %llu, \"chunk\": %llu, \"chunks\": %zu, \"dir\": \"%s\", "
+                "\"prefault\": %s, "
                 "\"register_s\": %.6f, \"unregister_s\": %.6f, "
                 "\"kernel_kib\": %lld, \"slab_kib\": %lld, \"vmalloc_kib\": %lld, "
                 "\"bvecs_at_most\": %lld, \"fdinfo_user_bufs\": %ld}\n",
                 static_cast<unsigned long long>(o.size), static_cast<unsigned long long>(o.chunk),
-                chunks.size(), o.dir.c_str(),
+                chunks.size(), o.dir.c_str(), o.prefault ? "true" : "false",
                 seconds(registered - start).count(), seconds(unregistered - unstart).count(),
                 static_cast<long long>(kernel),
                 static_cast<long long>(after.at("SUnreclaim") - before.at("SUnreclaim")),
