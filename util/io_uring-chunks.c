@@ -122,6 +122,47 @@ const UringChunk *uring_chunk_for_iov(const UringChunkTable *t,
 }
 
 /*
+ * The chunk that holds the start of @iov, from byte @skip of iov[0] on,
+ * and in @bytes how much of @iov from there it holds in one run: whole
+ * elements, up to the first one that ends past the chunk (its part in
+ * the chunk included) or begins outside it.  NULL, with @bytes 0, when
+ * the start is in no chunk or nothing is left to transfer.
+ */
+const UringChunk *uring_chunk_prefix(const UringChunkTable *t,
+                                     const struct iovec *iov, int niov,
+                                     size_t skip, size_t *bytes)
+{
+    const UringChunk *c = NULL;
+    size_t held = 0;
+    int i;
+
+    for (i = 0; i < niov; i++, skip = 0) {
+        uintptr_t base = (uintptr_t)iov[i].iov_base + skip;
+        size_t len = iov[i].iov_len - skip;
+        size_t room;
+
+        if (len == 0) {
+            continue;
+        }
+        if (!c) {
+            c = uring_chunk_find(t, base);
+            if (!c) {
+                break;
+            }
+        } else if (base < c->start || base - c->start >= c->len) {
+            break;
+        }
+        room = c->len - (base - c->start);
+        held += MIN(len, room);
+        if (len > room) {
+            break;
+        }
+    }
+    *bytes = held;
+    return held ? c : NULL;
+}
+
+/*
  * How many bio_vecs the kernel builds for the chunk: one per page, where
  * since Linux 6.12 a page may be a whole hugepage.
  */

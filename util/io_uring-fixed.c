@@ -594,17 +594,29 @@ static void ring_sync(struct UringFixedRing *ring)
                                 ret);
 }
 
-int uring_fixed_lookup(AioContext *ctx, const struct iovec *iov, int niov,
-                       UringFallbackReason *why)
+/* @ctx's ring, in step with the registry, or NULL if it is disabled */
+static struct UringFixedRing *ring_ready(AioContext *ctx,
+                                         UringFallbackReason *why)
 {
     struct UringFixedRing *ring = ring_get(ctx);
-    const UringChunk *c;
 
     if (unlikely(qatomic_load_acquire(&reg.generation) != ring->generation)) {
         ring_sync(ring);
     }
     if (unlikely(ring->disabled_reason)) {
         *why = URING_FALLBACK_RING_DISABLED;
+        return NULL;
+    }
+    return ring;
+}
+
+int uring_fixed_lookup(AioContext *ctx, const struct iovec *iov, int niov,
+                       UringFallbackReason *why)
+{
+    struct UringFixedRing *ring = ring_ready(ctx, why);
+    const UringChunk *c;
+
+    if (!ring) {
         return -1;
     }
     c = uring_chunk_for_iov(ring->table, iov, niov, why);
@@ -616,6 +628,34 @@ int uring_fixed_lookup(AioContext *ctx, const struct iovec *iov, int niov,
         return -1;
     }
     if (niov > 1 && !qatomic_read(&reg.can_vectored)) {
+        *why = URING_FALLBACK_NO_VECTORED;
+        return -1;
+    }
+    return c->slot;
+}
+
+int uring_fixed_lookup_prefix(AioContext *ctx, const struct iovec *iov,
+                              int niov, size_t skip, size_t *bytes,
+                              UringFallbackReason *why)
+{
+    struct UringFixedRing *ring = ring_ready(ctx, why);
+    const UringChunk *c;
+
+    *bytes = 0;
+    if (!ring) {
+        return -1;
+    }
+    c = uring_chunk_prefix(ring->table, iov, niov, skip, bytes);
+    if (!c) {
+        *why = URING_FALLBACK_UNREGISTERED;
+        return -1;
+    }
+    if (!ring_can_use(ring, c)) {
+        *why = URING_FALLBACK_NOT_PINNED;
+        return -1;
+    }
+    /* More than the rest of iov[0]: a vectored operation */
+    if (*bytes > iov[0].iov_len - skip && !qatomic_read(&reg.can_vectored)) {
         *why = URING_FALLBACK_NO_VECTORED;
         return -1;
     }

@@ -58,6 +58,9 @@ const UringChunk *uring_chunk_find(const UringChunkTable *t, uintptr_t addr);
 const UringChunk *uring_chunk_for_iov(const UringChunkTable *t,
                                       const struct iovec *iov, int niov,
                                       UringFallbackReason *why);
+const UringChunk *uring_chunk_prefix(const UringChunkTable *t,
+                                     const struct iovec *iov, int niov,
+                                     size_t skip, size_t *bytes);
 uint64_t uring_chunk_bvecs(const UringChunk *c, bool kernel_coalesces);
 
 /* Registry, main loop thread with the BQL held */
@@ -77,6 +80,15 @@ void uring_buf_set_free(UringBufSet *set);
  */
 int uring_fixed_lookup(AioContext *ctx, const struct iovec *iov, int niov,
                        UringFallbackReason *why);
+/*
+ * For a request that crosses chunks, cut into one fixed operation per
+ * chunk: the buffer index of the chunk holding the start of @iov (after
+ * @skip bytes of iov[0]) and in @bytes how much of @iov from there lies
+ * in it in one run; or -1 with the reason in @why.
+ */
+int uring_fixed_lookup_prefix(AioContext *ctx, const struct iovec *iov,
+                              int niov, size_t skip, size_t *bytes,
+                              UringFallbackReason *why);
 void uring_fixed_count_fixed(AioContext *ctx, bool write);
 void uring_fixed_count_fallback(AioContext *ctx, UringFallbackReason why);
 

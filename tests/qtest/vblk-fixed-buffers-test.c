@@ -374,22 +374,23 @@ static void test_chunk_boundary(void)
     vblk_read_verify(d, 0, 2 * MiB, segs, 1);
     fixed += 1;
 
-    /* Straddling the chunk boundary: the normal path, same data */
+    /* Straddling the chunk boundary: one fixed operation each side */
     segs[0] = (VblkSeg) { cut - 4096, 3 * 4096 };
     vblk_write_pattern(d, 0, 3 * MiB, segs, 1, 10);
     vblk_read_verify(d, 0, 3 * MiB, segs, 1);
-    /* One segment each side of it */
+    /* One segment each side of it: the same */
     segs[0] = (VblkSeg) { cut - 8192, 4096 };
     segs[1] = (VblkSeg) { cut + 4096, 4096 };
     vblk_write_pattern(d, 0, 4 * MiB, segs, 2, 11);
     vblk_read_verify(d, 0, 4 * MiB, segs, 2);
+    fixed += 2 * 2;
 
     info = vblk_fixed_info(d);
     ring = vblk_fixed_ring(info, "io0");
     g_assert_nonnull(ring);
     g_assert_cmpint(qdict_get_int(ring, "fixed-reads"), ==, fixed);
     g_assert_cmpint(qdict_get_int(ring, "fixed-writes"), ==, fixed);
-    g_assert_cmpint(vblk_ring_fallbacks(ring, "crosses-chunk"), ==, 4);
+    g_assert_cmpint(vblk_ring_fallbacks(ring, "crosses-chunk"), ==, 0);
     g_assert_cmpint(vblk_ring_fallbacks(ring, "unregistered"), ==, 0);
     qobject_unref(info);
     vblk_stop(d);
@@ -432,12 +433,78 @@ static void test_ramblock_boundary(void)
     vblk_write_pattern(d, 0, 2 * MiB, &seg, 1, 5);
     vblk_read_verify(d, 0, 2 * MiB, &seg, 1);
 
+    /* The segment across both went as one fixed operation per side */
     info = vblk_fixed_info(d);
     ring = vblk_fixed_ring(info, "io0");
     g_assert_nonnull(ring);
-    g_assert_cmpint(vblk_ring_fallbacks(ring, "crosses-chunk"), ==, 2);
-    g_assert_cmpint(qdict_get_int(ring, "fixed-reads"), ==, 2);
-    g_assert_cmpint(qdict_get_int(ring, "fixed-writes"), ==, 2);
+    g_assert_cmpint(vblk_ring_fallbacks(ring, "crosses-chunk"), ==, 0);
+    g_assert_cmpint(qdict_get_int(ring, "fixed-reads"), ==, 2 + 2);
+    g_assert_cmpint(qdict_get_int(ring, "fixed-writes"), ==, 2 + 2);
+    qobject_unref(info);
+    vblk_stop(d);
+}
+
+/* Every reason of IoUringFallbacks */
+static const char *const fallback_reasons[] = {
+    "unregistered", "crosses-chunk", "not-pinned", "no-vectored-fixed",
+    "ring-disabled", "efault",
+};
+
+/*
+ * Wherever the pieces of a request lie in guest RAM, it goes fixed: a
+ * request across every chunk boundary inside 2 GiB of guest RAM (on 4 KiB
+ * pages, no hugepages needed), and one with a piece in every chunk, are
+ * cut into one fixed operation per chunk, and nothing falls back.
+ */
+static void test_every_chunk_boundary(void)
+{
+    uint64_t ram = 2 * GiB;
+    char *image = vblk_make_image(DISK_SIZE);
+    g_autofree char *drive = fixed_drive(image, ",aio-fixed-buffers=on");
+    VblkSeg segs[8];
+    uint64_t offset = 0;
+    int k, n = 0, parts = 0;
+    VblkDev *d;
+    QDict *info, *ring;
+    Boundaries b;
+
+    d = vblk_start(ram, image, 1,
+                   "-machine pc,memory-backend=ram0 -m 2G "
+                   "-object memory-backend-memfd,id=ram0,size=2G "
+                   "-object iothread,id=io0 %s "
+                   "-device virtio-blk-pci,id=vblk0,addr=04.0,drive=disk0,"
+                   "iothread=io0", drive);
+    info = vblk_fixed_info(d);
+    b = ram_chunks(info, ram);
+    qobject_unref(info);
+    /* Clear of the low RAM the test's allocator hands out */
+    segs[n++] = (VblkSeg) { 64 * MiB, 4096 };
+    for (k = 0; k < b.n; k++) {
+        VblkSeg across = { b.gpa[k] - 8192, 4 * 4096 };
+
+        if (b.gpa[k] < 128 * MiB) {
+            continue;
+        }
+        vblk_write_pattern(d, 0, offset, &across, 1, 30 + k);
+        vblk_read_verify(d, 0, offset, &across, 1);
+        offset += MiB;
+        parts += 2;
+        /* A piece just inside each chunk after a boundary */
+        segs[n++] = (VblkSeg) { b.gpa[k] + 4096, 4096 };
+    }
+    g_assert_cmpint(n, >=, 2);      /* 2 GiB holds a 1 GiB-aligned address */
+    vblk_write_pattern(d, 0, offset, segs, n, 40);
+    vblk_read_verify(d, 0, offset, segs, n);
+    parts += n;
+
+    info = vblk_fixed_info(d);
+    ring = vblk_fixed_ring(info, "io0");
+    g_assert_nonnull(ring);
+    g_assert_cmpint(qdict_get_int(ring, "fixed-reads"), ==, parts);
+    g_assert_cmpint(qdict_get_int(ring, "fixed-writes"), ==, parts);
+    for (k = 0; k < ARRAY_SIZE(fallback_reasons); k++) {
+        g_assert_cmpint(vblk_ring_fallbacks(ring, fallback_reasons[k]), ==, 0);
+    }
     qobject_unref(info);
     vblk_stop(d);
 }
@@ -1300,6 +1367,8 @@ int main(int argc, char **argv)
     qtest_add_func("/vblk-fixed/off", test_off);
     qtest_add_func("/vblk-fixed/chunk-boundary", test_chunk_boundary);
     qtest_add_func("/vblk-fixed/ramblock-boundary", test_ramblock_boundary);
+    qtest_add_func("/vblk-fixed/every-chunk-boundary",
+                   test_every_chunk_boundary);
     qtest_add_data_func("/vblk-fixed/iothreads/clone", GINT_TO_POINTER(1),
                         test_iothreads);
     qtest_add_data_func("/vblk-fixed/iothreads/per-ring", GINT_TO_POINTER(0),

@@ -954,6 +954,87 @@ static const struct {
     { "errors", test_errors },
 };
 
+/* Threads of QEMU named iou-wrk-*: the kernel's io-wq workers */
+static unsigned io_wq_workers(VblkDev *d)
+{
+    g_autofree char *dir = g_strdup_printf("/proc/%d/task",
+                                           (int)qtest_pid(d->qts));
+    GDir *tasks = g_dir_open(dir, 0, NULL);
+    const char *tid;
+    unsigned n = 0;
+
+    g_assert_nonnull(tasks);
+    while ((tid = g_dir_read_name(tasks))) {
+        g_autofree char *path = g_strdup_printf("%s/%s/comm", dir, tid);
+        g_autofree char *name = NULL;
+
+        if (g_file_get_contents(path, &name, NULL, NULL) &&
+            g_str_has_prefix(name, "iou-wrk")) {
+            n++;
+        }
+    }
+    g_dir_close(tasks);
+    return n;
+}
+
+/*
+ * A blk-mq device takes as many requests at once as it has tags (a loop
+ * device: 128).  io_uring hands every request beyond that to an io-wq
+ * thread that sleeps until a tag is free, so aio=io_uring keeps the rest
+ * waiting in QEMU instead: 4 queues of 256 writes, then reads, all in
+ * flight at once on a loop device, start no io-wq worker, and every
+ * byte reads back.  aio-max-in-flight=0 (no limit) is the control: the
+ * same load there does start workers, so the test sees them.
+ */
+static void test_device_depth(gconstpointer data)
+{
+    const char *limit = data;
+    enum { NVQS = 4, DEPTH = 256, N = NVQS * DEPTH, ROUNDS = 8 };
+    char *image = vblk_make_image(DISK_SIZE);
+    char *loop = vblk_loop_attach(image);
+    g_autofree VblkSeg *segs = g_new(VblkSeg, N);
+    g_autofree VblkIo *ios = g_new(VblkIo, N);
+    unsigned round, workers;
+    VblkDev *d;
+    int i;
+
+    if (!loop) {
+        g_test_skip("no loop device (losetup needs root)");
+        unlink(image);
+        g_free(image);
+        return;
+    }
+    d = vblk_start(512 * MiB, image, NVQS,
+                   "-machine pc -m 512M -object iothread,id=io0 "
+                   "-blockdev host_device,node-name=disk0,filename=%s,"
+                   "aio=io_uring,cache.direct=on%s "
+                   "-device virtio-blk-pci,id=vblk0,addr=04.0,drive=disk0,"
+                   "num-queues=%d,queue-size=%d,iothread=io0",
+                   loop, limit, NVQS, DEPTH);
+    d->loop = loop;
+    for (i = 0; i < N; i++) {
+        segs[i] = (VblkSeg) { d->data_start + i * 4 * KiB, 4 * KiB };
+        ios[i] = (VblkIo) {
+            .q = i % NVQS, .offset = (i * 7919 % (DISK_SIZE / (4 * KiB))) *
+                                     4 * KiB,
+            .segs = &segs[i], .nsegs = 1, .indirect = true,
+        };
+    }
+    for (round = 0; round < ROUNDS; round++) {
+        vblk_write_read(d, ios, N, round * N);
+    }
+    /* Idle workers stay for seconds: they are all still there */
+    workers = io_wq_workers(d);
+    g_test_message("io-wq workers after %d rounds of %d requests: %u",
+                   ROUNDS, N, workers);
+    if (*limit) {
+        g_assert_cmpuint(workers, >, 0);
+    } else {
+        g_assert_cmpuint(workers, ==, 0);
+    }
+    vblk_stop(d);
+}
+
 static void run_case(gconstpointer opaque)
 {
     const Case *c = opaque;
@@ -979,5 +1060,8 @@ int main(int argc, char **argv)
     }
     qtest_add_func("/vblk-io/queues/1025", test_1025_queues);
     qtest_add_func("/vblk-io/in-flight/idle-at-limit", test_in_flight_idle);
+    qtest_add_data_func("/vblk-io/device-depth/auto", "", test_device_depth);
+    qtest_add_data_func("/vblk-io/device-depth/unlimited",
+                        ",aio-max-in-flight=0", test_device_depth);
     return g_test_run();
 }

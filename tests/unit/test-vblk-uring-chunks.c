@@ -138,6 +138,57 @@ static void test_for_iov(void)
     g_assert_cmpint(why, ==, URING_FALLBACK_UNREGISTERED);
 }
 
+/*
+ * Cutting a request by chunk: each call takes the run of @iov, from @skip
+ * on, that one chunk holds; the runs of a request cover it exactly.
+ */
+static void test_prefix(void)
+{
+    g_autofree UringChunkTable *t = make_table();
+    uint64_t end0 = BASE + GiB;
+    struct iovec iov[4];
+    size_t bytes = 1;
+
+    /* One piece across the boundary of two adjacent chunks: two runs */
+    iov[0] = (struct iovec) { at(end0 - 4096), 3 * 4096 };
+    g_assert_true(uring_chunk_prefix(t, iov, 1, 0, &bytes) == &t->chunks[0]);
+    g_assert_cmpuint(bytes, ==, 4096);
+    g_assert_true(uring_chunk_prefix(t, iov, 1, 4096, &bytes) ==
+                  &t->chunks[1]);
+    g_assert_cmpuint(bytes, ==, 2 * 4096);
+
+    /* Pieces in the same chunk make one run; the next chunk ends it */
+    iov[0] = (struct iovec) { at(end0 - 3 * 4096), 4096 };
+    iov[1] = (struct iovec) { at(end0 - 64 * MiB), 4096 };
+    iov[2] = (struct iovec) { at(end0 + 4096), 4096 };
+    iov[3] = (struct iovec) { at(end0 - 4096), 4096 };
+    g_assert_true(uring_chunk_prefix(t, iov, 4, 0, &bytes) == &t->chunks[0]);
+    g_assert_cmpuint(bytes, ==, 2 * 4096);
+    g_assert_true(uring_chunk_prefix(t, iov + 2, 2, 0, &bytes) ==
+                  &t->chunks[1]);
+    g_assert_cmpuint(bytes, ==, 4096);
+    g_assert_true(uring_chunk_prefix(t, iov + 3, 1, 0, &bytes) ==
+                  &t->chunks[0]);
+    g_assert_cmpuint(bytes, ==, 4096);
+
+    /* A run stops where a piece runs off its chunk, that part included */
+    iov[0] = (struct iovec) { at(end0 + 4096), 4096 };
+    iov[1] = (struct iovec) { at(end0 + 192 * MiB - 512), 1024 };
+    g_assert_true(uring_chunk_prefix(t, iov, 2, 0, &bytes) == &t->chunks[1]);
+    g_assert_cmpuint(bytes, ==, 4096 + 512);
+    /* ... and what follows is in no chunk */
+    g_assert_null(uring_chunk_prefix(t, iov + 1, 1, 512, &bytes));
+    g_assert_cmpuint(bytes, ==, 0);
+
+    /* Empty entries are skipped; nothing left is no chunk */
+    iov[0] = (struct iovec) { at(BASE), 0 };
+    iov[1] = (struct iovec) { at(BASE + 4 * GiB), 4096 };
+    g_assert_true(uring_chunk_prefix(t, iov, 2, 0, &bytes) == &t->chunks[2]);
+    g_assert_cmpuint(bytes, ==, 4096);
+    g_assert_null(uring_chunk_prefix(t, iov + 1, 1, 4096, &bytes));
+    g_assert_cmpuint(bytes, ==, 0);
+}
+
 static void test_bvecs(void)
 {
     UringChunk c = { .start = BASE, .len = GiB, .page_size = 2 * MiB };
@@ -164,6 +215,7 @@ int main(int argc, char **argv)
     g_test_add_func("/vblk-uring/chunks/split", test_split);
     g_test_add_func("/vblk-uring/chunks/find", test_find);
     g_test_add_func("/vblk-uring/chunks/for-iov", test_for_iov);
+    g_test_add_func("/vblk-uring/chunks/prefix", test_prefix);
     g_test_add_func("/vblk-uring/chunks/bvecs", test_bvecs);
     return g_test_run();
 }

@@ -197,6 +197,9 @@ std::string Bench::blockdev_spec() const
     if (options_.fixed_buffers) {
         spec += ",aio-fixed-buffers=on";
     }
+    if (!options_.blockdev_opts.empty()) {
+        spec += "," + options_.blockdev_opts;
+    }
     return spec;
 }
 

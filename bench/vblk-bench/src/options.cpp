@@ -100,6 +100,7 @@ QEMU:
   --cache-direct on|off  O_DIRECT on the target [on]
   --iothread on|off      serve the device from an iothread [on]
   --blockdev SPEC        use this -blockdev (node-name=disk0) instead
+  --blockdev-opts OPTS   appended to the generated -blockdev
   --device-opts OPTS     appended to -device virtio-blk-pci,...
   --qemu-arg ARG         one more QEMU argument (repeatable)
   --wrapper "CMD ..."    run QEMU under this prefix, e.g. "valgrind
@@ -161,6 +162,7 @@ bool parse_options(int argc, const char* const* argv, Options& options,
         {"--cache-direct", [&](auto& v) { options.cache_direct = need_on_off("--cache-direct", v); }},
         {"--iothread", [&](auto& v) { options.iothread = need_on_off("--iothread", v); }},
         {"--blockdev", [&](auto& v) { options.blockdev = v; }},
+        {"--blockdev-opts", [&](auto& v) { options.blockdev_opts = v; }},
         {"--device-opts", [&](auto& v) { options.device_opts = v; }},
         {"--qemu-arg", [&](auto& v) { options.qemu_args.push_back(v); }},
         {"--wrapper", [&](auto& v) { options.wrapper = split_words(v); }},

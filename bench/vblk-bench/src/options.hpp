@@ -18,6 +18,7 @@ struct Options {
     bool cache_direct = true;
     bool iothread = true;
     std::string blockdev;               // replaces the generated -blockdev
+    std::string blockdev_opts;          // appended to the generated -blockdev
     std::string device_opts;            // appended to -device virtio-blk-pci
     std::vector<std::string> qemu_args;
     std::vector<std::string> wrapper;
