@@ -12,6 +12,7 @@
 
 #include "qemu/osdep.h"
 #include <liburing.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/utsname.h>
 #include "qemu/bitmap.h"
@@ -180,6 +181,49 @@ bool uring_fixed_kernel_coalesces(void)
 
 /* --- registry --------------------------------------------------------- */
 
+/*
+ * PROCMAP_QUERY (Linux 6.11): one mapping's properties by ioctl on
+ * /proc/self/maps, without the page table walk of every mapping that
+ * reading /proc/self/smaps costs (a second or more per GiB of populated
+ * 4 KiB pages).  Defined here for older uapi headers.
+ */
+struct uring_procmap_query {
+    uint64_t size;
+    uint64_t query_flags;
+    uint64_t query_addr;
+    uint64_t vma_start;
+    uint64_t vma_end;
+    uint64_t vma_flags;
+    uint64_t vma_page_size;
+    uint64_t vma_offset;
+    uint64_t inode;
+    uint32_t dev_major;
+    uint32_t dev_minor;
+    uint32_t vma_name_size;
+    uint32_t build_id_size;
+    uint64_t vma_name_addr;
+    uint64_t build_id_addr;
+};
+#define URING_PROCMAP_QUERY _IOWR('f', 17, struct uring_procmap_query)
+
+/* The page size of the mapping at @addr, by PROCMAP_QUERY; 0 if unknown */
+static size_t host_page_size_query(uintptr_t addr)
+{
+    struct uring_procmap_query q = {
+        .size = sizeof(q),
+        .query_addr = addr,
+    };
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    int ret;
+
+    if (fd < 0) {
+        return 0;
+    }
+    ret = ioctl(fd, URING_PROCMAP_QUERY, &q);
+    close(fd);
+    return ret == 0 && addr >= q.vma_start ? q.vma_page_size : 0;
+}
+
 /* The page size of the mapping at @addr, from /proc/self/smaps */
 static size_t host_page_size(uintptr_t addr)
 {
@@ -187,8 +231,12 @@ static size_t host_page_size(uintptr_t addr)
     g_auto(GStrv) lines = NULL;
     bool in_vma = false;
     unsigned long kib;
+    size_t size = host_page_size_query(addr);
     int i;
 
+    if (size) {
+        return size;
+    }
     if (!g_file_get_contents("/proc/self/smaps", &smaps, NULL, NULL)) {
         return qemu_real_host_page_size();
     }
