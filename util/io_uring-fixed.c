@@ -17,6 +17,7 @@
 #include <sys/utsname.h>
 #include "qemu/bitmap.h"
 #include "qemu/error-report.h"
+#include "qemu/iov.h"
 #include "qemu/lockable.h"
 #include "qemu/stats64.h"
 #include "qemu/thread.h"
@@ -682,18 +683,18 @@ int uring_fixed_lookup(AioContext *ctx, const struct iovec *iov, int niov,
     return c->slot;
 }
 
-int uring_fixed_lookup_prefix(AioContext *ctx, const struct iovec *iov,
-                              int niov, size_t skip, size_t *bytes,
-                              UringFallbackReason *why)
+/*
+ * The buffer index of the chunk holding the start of @iov (after @skip
+ * bytes of iov[0]) and in @bytes how much of @iov from there lies in it
+ * in one run; or -1 with the reason in @why.
+ */
+static int lookup_prefix(struct UringFixedRing *ring, const struct iovec *iov,
+                         int niov, size_t skip, size_t *bytes,
+                         UringFallbackReason *why)
 {
-    struct UringFixedRing *ring = ring_ready(ctx, why);
-    const UringChunk *c;
+    const UringChunk *c = uring_chunk_prefix(ring->table, iov, niov, skip,
+                                             bytes);
 
-    *bytes = 0;
-    if (!ring) {
-        return -1;
-    }
-    c = uring_chunk_prefix(ring->table, iov, niov, skip, bytes);
     if (!c) {
         *why = URING_FALLBACK_UNREGISTERED;
         return -1;
@@ -708,6 +709,29 @@ int uring_fixed_lookup_prefix(AioContext *ctx, const struct iovec *iov,
         return -1;
     }
     return c->slot;
+}
+
+bool uring_fixed_cut(AioContext *ctx, const struct iovec *iov, int niov,
+                     GArray *cuts, UringFallbackReason *why)
+{
+    struct UringFixedRing *ring = ring_ready(ctx, why);
+    size_t total = iov_size(iov, niov);
+    size_t pos = 0, skip = 0, bytes;
+    int i = 0, slot;
+
+    while (ring && pos < total) {
+        slot = lookup_prefix(ring, iov + i, niov - i, skip, &bytes, why);
+        if (slot < 0) {
+            return false;
+        }
+        g_array_append_val(cuts, ((UringCut) { pos, bytes, slot }));
+        pos += bytes;
+        /* On to where the next part starts */
+        for (skip += bytes; i < niov && skip >= iov[i].iov_len; i++) {
+            skip -= iov[i].iov_len;
+        }
+    }
+    return ring != NULL;
 }
 
 void uring_fixed_count_fixed(AioContext *ctx, bool write)

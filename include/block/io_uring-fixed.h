@@ -80,15 +80,21 @@ void uring_buf_set_free(UringBufSet *set);
  */
 int uring_fixed_lookup(AioContext *ctx, const struct iovec *iov, int niov,
                        UringFallbackReason *why);
+/* One part of a request cut by chunk: bytes @pos to @pos + @bytes of it */
+typedef struct UringCut {
+    size_t pos;
+    size_t bytes;
+    int buf_index;
+} UringCut;
+
 /*
- * For a request that crosses chunks, cut into one fixed operation per
- * chunk: the buffer index of the chunk holding the start of @iov (after
- * @skip bytes of iov[0]) and in @bytes how much of @iov from there lies
- * in it in one run; or -1 with the reason in @why.
+ * Per request whose pieces lie in several chunks (uring_fixed_lookup()
+ * said URING_FALLBACK_CROSSES_CHUNK): cut @iov into one part per run of
+ * pieces in the same chunk, appended to @cuts (a GArray of UringCut).
+ * False, with the reason in @why, if some part cannot go fixed.
  */
-int uring_fixed_lookup_prefix(AioContext *ctx, const struct iovec *iov,
-                              int niov, size_t skip, size_t *bytes,
-                              UringFallbackReason *why);
+bool uring_fixed_cut(AioContext *ctx, const struct iovec *iov, int niov,
+                     GArray *cuts, UringFallbackReason *why);
 void uring_fixed_count_fixed(AioContext *ctx, bool write);
 void uring_fixed_count_fallback(AioContext *ctx, UringFallbackReason why);
 
