@@ -70,14 +70,16 @@ uint64_t parse_size(const std::string& text)
 Options parse_options(int argc, char** argv)
 {
     Options o;
-    std::vector<std::string> args(argv + 1, argv + argc);
-    if (!args.empty() && args.back() == "--prefault") {
-        o.prefault = true;
-        args.pop_back();
-    }
-    for (size_t i = 0; i + 1 < args.size(); i += 2) {
-        const std::string& name = args[i];
-        const std::string& value = args[i + 1];
+    for (int i = 1; i < argc; i++) {
+        std::string name = argv[i];
+        if (name == "--prefault") {
+            o.prefault = true;
+            continue;
+        }
+        if (i + 1 == argc) {
+            fail("usage: regbuf-cost --size N --dir DIR [--chunk N] [--prefault]");
+        }
+        std::string value = argv[++i];
         if (name == "--size") {
             o.size = parse_size(value);
         } else if (name == "--chunk") {
@@ -87,9 +89,6 @@ Options parse_options(int argc, char** argv)
         } else {
             fail("unknown option " + name);
         }
-    }
-    if (args.size() % 2) {
-        fail("usage: regbuf-cost --size N --dir DIR [--chunk N] [--prefault]");
     }
     if (!o.chunk || o.chunk > (1ull << 30)) {
         fail("--chunk: from one byte to 1 GiB (the kernel's limit per buffer)");
