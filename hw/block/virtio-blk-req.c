@@ -31,6 +31,12 @@
  * throttled: the requests stay in the ring, its thread sleeps instead of
  * polling it, and the completion that frees half of the limit wakes it,
  * from whatever thread that completion runs in.
+ *
+ * The queues of one device also share a bound, from the backend: twice
+ * what it takes at once (blk_get_opt_in_flight()), so that it has the
+ * next requests at hand as others complete, while the rest wait in the
+ * rings instead of each on its own coroutine in the block layer (see
+ * VirtQueuePoolGroup for how the queues share it).
  */
 
 /* Main loop, when the device does not use ioeventfd: serve the queue */
@@ -68,18 +74,35 @@ void virtio_blk_req_pools_init(VirtIOBlock *s)
     unsigned int i;
 
     s->req_pools = g_new0(VirtIOBlockReqPool, s->conf.num_queues);
+    s->req_group = virtqueue_pool_group_new();
     for (i = 0; i < s->conf.num_queues; i++) {
         VirtIOBlockReqPool *p = &s->req_pools[i];
 
         p->s = s;
         p->vq_idx = i;
-        p->wake_bh = qemu_bh_new(virtio_blk_req_wake_bh, p);
+        p->wake_bh = aio_bh_new_guarded(qemu_get_aio_context(),
+                                        virtio_blk_req_wake_bh, p,
+                                        &DEVICE(s)->mem_reentrancy_guard);
         p->pool = virtqueue_pool_new(sizeof(VirtIOBlockReq),
                                      VIRTIO_BLK_INLINE_SG,
                                      sizeof(struct iovec));
         virtqueue_pool_limit_in_flight(p->pool, limit, virtio_blk_req_wake,
                                        p);
+        virtqueue_pool_join(p->pool, s->req_group);
     }
+    virtio_blk_req_update_depth(s);
+}
+
+void virtio_blk_req_update_depth(VirtIOBlock *s)
+{
+    uint32_t backend;
+
+    if (!s->req_group) {
+        return;     /* not realized */
+    }
+    backend = blk_get_opt_in_flight(s->blk);
+    virtqueue_pool_group_set_limit(s->req_group,
+                                   MIN(backend, UINT_MAX / 2) * 2);
 }
 
 void virtio_blk_req_pools_free(VirtIOBlock *s)
@@ -95,6 +118,8 @@ void virtio_blk_req_pools_free(VirtIOBlock *s)
     }
     g_free(s->req_pools);
     s->req_pools = NULL;
+    virtqueue_pool_group_free(s->req_group);
+    s->req_group = NULL;
 }
 
 bool virtio_blk_req_may_pop(VirtIOBlock *s, VirtQueue *vq)

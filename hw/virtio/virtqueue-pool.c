@@ -44,6 +44,7 @@ struct VirtQueuePool {
     void (*wake)(void *opaque);
     void *wake_opaque;
     bool waiting;              /* atomic */
+    VirtQueuePoolGroup *group; /* or NULL */
 
     /* Only the popping thread changes these */
     QSLIST_HEAD(, PoolObject) cached;
@@ -157,6 +158,95 @@ static unsigned int pool_limit(VirtQueuePool *pool)
     return pool->max_in_flight ?: qatomic_read(&budget_share);
 }
 
+/*
+ * Groups of pools that share a bound (see the header).
+ *
+ * @in_flight is the sum of the members' requests out, changed with atomic
+ * operations by every member's popping thread and by whatever thread gives
+ * a request back; it is only compared with the bound, so a pool can take
+ * on a value a moment old.  Pools join under the BQL before they take
+ * anything; the bound may change at any time and is read by any thread.
+ *
+ * A pool refused for the group's sake has at least its part out, so its
+ * own completions wake it, as for its own limit (pool_maybe_wake()): no
+ * pool has to wake another.
+ */
+struct VirtQueuePoolGroup {
+    unsigned int max_in_flight;   /* atomic; 0: no bound */
+    unsigned int share;           /* atomic; each pool's part */
+    unsigned int in_flight;       /* atomic */
+    unsigned int nr_pools;        /* joined and not freed */
+};
+
+VirtQueuePoolGroup *virtqueue_pool_group_new(void)
+{
+    VirtQueuePoolGroup *group = g_new0(VirtQueuePoolGroup, 1);
+
+    group->share = UINT_MAX;
+    return group;
+}
+
+static void group_update_share(VirtQueuePoolGroup *group)
+{
+    unsigned int max = group->max_in_flight;
+
+    qatomic_set(&group->share,
+                max ? MAX(max / MAX(group->nr_pools, 1),
+                          VIRTQUEUE_POOL_GROUP_MIN_SHARE) : UINT_MAX);
+}
+
+void virtqueue_pool_group_set_limit(VirtQueuePoolGroup *group,
+                                    unsigned int max_in_flight)
+{
+    qatomic_set(&group->max_in_flight, max_in_flight);
+    group_update_share(group);
+}
+
+void virtqueue_pool_join(VirtQueuePool *pool, VirtQueuePoolGroup *group)
+{
+    assert(bql_locked());
+    assert(!pool->group && !pool->nr_taken);
+    pool->group = group;
+    group->nr_pools++;
+    group_update_share(group);
+}
+
+void virtqueue_pool_group_free(VirtQueuePoolGroup *group)
+{
+    /* A pool left with requests out still counts them here */
+    if (group && !group->nr_pools) {
+        g_free(group);
+    }
+}
+
+/* Whether the group lets a member with @in_flight out take one more */
+static bool group_has_room(VirtQueuePoolGroup *group, unsigned int in_flight)
+{
+    unsigned int max;
+
+    if (!group || in_flight < qatomic_read(&group->share)) {
+        return true;
+    }
+    max = qatomic_read(&group->max_in_flight);
+    return !max || qatomic_read(&group->in_flight) < max;
+}
+
+/*
+ * Whether a member refused by the group may be woken: its part is half
+ * free, or an eighth of the bound is (so that wake-ups come in batches)
+ */
+static bool group_room_to_wake(VirtQueuePoolGroup *group,
+                               unsigned int in_flight)
+{
+    unsigned int max;
+
+    if (!group || in_flight <= qatomic_read(&group->share) / 2) {
+        return true;
+    }
+    max = qatomic_read(&group->max_in_flight);
+    return !max || qatomic_read(&group->in_flight) <= max - max / 8;
+}
+
 static VirtQueueElement *object_elem(PoolObject *obj)
 {
     return (VirtQueueElement *)obj->payload;
@@ -257,6 +347,9 @@ static PoolObject *pool_take(VirtQueuePool *pool)
         pool_refill(pool);
     }
     qatomic_set(&pool->nr_taken, pool->nr_taken + 1);
+    if (pool->group) {
+        qatomic_inc(&pool->group->in_flight);
+    }
     pool->peak_in_flight = MAX(pool->peak_in_flight, pool_in_flight(pool));
 
     obj = QSLIST_FIRST(&pool->cached);
@@ -268,9 +361,18 @@ static PoolObject *pool_take(VirtQueuePool *pool)
     return obj;
 }
 
+/* Whether the pool may take one more, by its own limit and its group's */
+static bool pool_has_room(VirtQueuePool *pool)
+{
+    unsigned int in_flight = pool_in_flight(pool);
+
+    return in_flight < pool_limit(pool) &&
+           group_has_room(pool->group, in_flight);
+}
+
 bool virtqueue_pool_may_take(VirtQueuePool *pool)
 {
-    if (likely(pool_in_flight(pool) < pool_limit(pool))) {
+    if (likely(pool_has_room(pool))) {
         return true;
     }
     /*
@@ -280,20 +382,26 @@ bool virtqueue_pool_may_take(VirtQueuePool *pool)
      * @waiting, or we see its release.
      */
     qatomic_xchg(&pool->waiting, true);
-    if (pool_in_flight(pool) < pool_limit(pool) &&
-        qatomic_xchg(&pool->waiting, false)) {
+    if (pool_has_room(pool) && qatomic_xchg(&pool->waiting, false)) {
         return true;
     }
     return false;
 }
 
-/* Wake the popping thread once half of the limit is free again */
+/*
+ * Wake the popping thread once half of the limit is free again, and the
+ * group has room too
+ */
 static void pool_maybe_wake(VirtQueuePool *pool)
 {
+    unsigned int in_flight;
+
     if (likely(!qatomic_read(&pool->waiting))) {
         return;
     }
-    if (pool_in_flight(pool) <= pool_limit(pool) / 2 &&
+    in_flight = pool_in_flight(pool);
+    if (in_flight <= pool_limit(pool) / 2 &&
+        group_room_to_wake(pool->group, in_flight) &&
         qatomic_xchg(&pool->waiting, false)) {
         void (*wake)(void *opaque) = qatomic_read(&pool->wake);
 
@@ -324,6 +432,9 @@ VirtQueueElement *virtqueue_pool_adopt(VirtQueuePool *pool,
     unsigned int out_num = elem->out_num, in_num = elem->in_num;
 
     qatomic_inc(&pool->nr_adopted);
+    if (pool->group) {
+        qatomic_inc(&pool->group->in_flight);
+    }
     memcpy(copy, elem, pool->elem_size);
     object_set_arrays(obj, out_num, in_num);
     memcpy(copy->in_addr, elem->in_addr, in_num * sizeof(hwaddr));
@@ -342,6 +453,9 @@ void virtqueue_pool_release(VirtQueueElement *elem)
 
     g_free(obj->heap_arrays);
     obj->heap_arrays = NULL;
+    if (pool->group) {
+        qatomic_dec(&pool->group->in_flight);
+    }
     QSLIST_INSERT_HEAD_ATOMIC(&pool->released, obj, next);
     qatomic_inc(&pool->nr_released);
     /* Pairs with virtqueue_pool_may_take() */
@@ -375,6 +489,9 @@ void virtqueue_pool_free(VirtQueuePool *pool)
         /* The device is going away: leave it be when they come back */
         qatomic_set(&pool->wake, NULL);
         return;
+    }
+    if (pool->group) {
+        pool->group->nr_pools--;
     }
     g_free(pool);
 }

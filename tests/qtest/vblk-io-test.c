@@ -643,13 +643,13 @@ static void stop_and_resume(VblkDev *d)
     qtest_qmp_assert_success(d->qts, "{'execute': 'cont'}");
 }
 
-/* Queue 0's requests taken from the ring and not completed yet */
-static uint32_t queue_in_use(VblkDev *d, uint16_t *used_idx)
+/* Queue @q's requests taken from the ring and not completed yet */
+static uint32_t vq_in_use(VblkDev *d, unsigned q, uint16_t *used_idx)
 {
     QDict *rsp = qtest_qmp(d->qts, "{'execute': 'x-query-virtio-queue-status',"
                            " 'arguments': {'path': "
                            "'/machine/peripheral/vblk0/virtio-backend',"
-                           " 'queue': 0}}");
+                           " 'queue': %u}}", q);
     QDict *ret = qdict_get_qdict(rsp, "return");
     uint32_t inuse;
 
@@ -658,6 +658,11 @@ static uint32_t queue_in_use(VblkDev *d, uint16_t *used_idx)
     *used_idx = qdict_get_int(ret, "used-idx");
     qobject_unref(rsp);
     return inuse;
+}
+
+static uint32_t queue_in_use(VblkDev *d, uint16_t *used_idx)
+{
+    return vq_in_use(d, 0, used_idx);
 }
 
 /*
@@ -1035,6 +1040,68 @@ static void test_device_depth(gconstpointer data)
     vblk_stop(d);
 }
 
+/*
+ * The device takes from its queues no more than it keeps the backend
+ * busy with: twice the requests the backend takes at once (here
+ * aio-max-in-flight=16 of file-posix, seen through a throttle filter),
+ * shared by the queues, where each queue may always take its equal part
+ * of that (so at most twice as many in the worst case).  Beyond that,
+ * requests wait in the rings.  4 queues of 128 writes held back by the
+ * throttle group: the device never has more than 64 taken at once, and
+ * every write reaches the disk.  aio-max-in-flight=0 (no limit) is the
+ * control: there the device takes far more.
+ */
+static void test_backend_depth(gconstpointer data)
+{
+    const char *max_in_flight = data;
+    enum { NVQS = 4, PER_VQ = 128, N = NVQS * PER_VQ, BACKEND = 16 };
+    g_autofree char *opts = g_strdup_printf("aio=io_uring,cache.direct=on,"
+                                            "aio-max-in-flight=%s",
+                                            max_in_flight);
+    const Backend b = { "io_uring", opts };
+    VblkDev *d = start_throttled(&b, NVQS, 2000, ",queue-size=256");
+    bool limited = strcmp(max_in_flight, "0") != 0;
+    g_autofree VblkSeg *segs = g_new(VblkSeg, N);
+    g_autofree VblkIo *ios = g_new0(VblkIo, N);
+    gint64 deadline = g_get_monotonic_time() + VBLK_TIMEOUT_US;
+    uint32_t most = 0;
+    unsigned done;
+    int i;
+
+    for (i = 0; i < N; i++) {
+        segs[i] = (VblkSeg) { d->data_start + i * 4 * KiB, 4 * KiB };
+        ios[i] = (VblkIo) {
+            .q = i % NVQS, .type = VIRTIO_BLK_T_OUT, .offset = i * 8 * KiB,
+            .segs = &segs[i], .nsegs = 1, .indirect = true,
+        };
+        vblk_fill(d, &ios[i], 150 + i);
+    }
+    g_assert_cmpint(vblk_run_for(d, ios, N, 50 * 1000), <, N);
+    do {
+        uint32_t taken = 0;
+        uint16_t used_idx;
+        unsigned q;
+
+        g_assert(g_get_monotonic_time() < deadline);
+        done = 0;
+        for (q = 0; q < NVQS; q++) {
+            taken += vq_in_use(d, q, &used_idx);
+            done += used_idx;
+        }
+        if (limited) {
+            g_assert_cmpuint(taken, <=, 2 * 2 * BACKEND);
+        }
+        most = MAX(most, taken);
+        g_usleep(5 * 1000);
+    } while (done != N);
+    g_test_message("at most %u of %u requests taken from the queues",
+                   most, N);
+    if (!limited) {
+        g_assert_cmpuint(most, >, 2 * 2 * BACKEND);
+    }
+    reset_and_read_back(d, ios, N);
+}
+
 static void run_case(gconstpointer opaque)
 {
     const Case *c = opaque;
@@ -1063,5 +1130,9 @@ int main(int argc, char **argv)
     qtest_add_data_func("/vblk-io/device-depth/auto", "", test_device_depth);
     qtest_add_data_func("/vblk-io/device-depth/unlimited",
                         ",aio-max-in-flight=0", test_device_depth);
+    qtest_add_data_func("/vblk-io/backend-depth/limited", "16",
+                        test_backend_depth);
+    qtest_add_data_func("/vblk-io/backend-depth/unlimited", "0",
+                        test_backend_depth);
     return g_test_run();
 }

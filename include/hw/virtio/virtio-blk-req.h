@@ -27,6 +27,9 @@ typedef struct VirtIOBlockReqPool {
 void virtio_blk_req_pools_init(VirtIOBlock *s);
 void virtio_blk_req_pools_free(VirtIOBlock *s);
 
+/* Take the queues' shared bound from the backend again (a graph change) */
+void virtio_blk_req_update_depth(VirtIOBlock *s);
+
 /*
  * The next request of @vq, or NULL when there is none or when the queue
  * has as many requests in flight as it may: then a completion notifies

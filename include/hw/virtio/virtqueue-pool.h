@@ -54,6 +54,39 @@ bool virtqueue_pool_may_take(VirtQueuePool *pool);
 /* Every object must have been given back. */
 void virtqueue_pool_free(VirtQueuePool *pool);
 
+/*
+ * A group of pools that share one bound on requests in flight, for a
+ * device whose queues all feed one backend: past what keeps the backend
+ * busy, requests are better left in the rings than taken only to wait.
+ *
+ * The bound is soft.  Each pool may always have its equal part of it out
+ * (at least VIRTQUEUE_POOL_GROUP_MIN_SHARE), so that a queue is never
+ * starved by busier ones and always has a completion of its own to wake
+ * it; beyond that it takes while the group is under the bound.  So the
+ * group has at most the bound plus every pool's part out (twice the
+ * bound, unless the minimum part overdraws it), and threads that take at
+ * the same moment may overshoot by one each.  A pool's own limit applies
+ * as well.
+ */
+typedef struct VirtQueuePoolGroup VirtQueuePoolGroup;
+
+#define VIRTQUEUE_POOL_GROUP_MIN_SHARE 8
+
+VirtQueuePoolGroup *virtqueue_pool_group_new(void);
+
+/* After the group's pools were freed */
+void virtqueue_pool_group_free(VirtQueuePoolGroup *group);
+
+/* Before @pool takes anything; under the BQL */
+void virtqueue_pool_join(VirtQueuePool *pool, VirtQueuePoolGroup *group);
+
+/*
+ * Bound the group to @max_in_flight requests out (0: no bound), once its
+ * pools have joined.  Any thread; pools see it from their next take.
+ */
+void virtqueue_pool_group_set_limit(VirtQueuePoolGroup *group,
+                                    unsigned int max_in_flight);
+
 /* A VirtQueueElementAlloc for virtqueue_pop_alloc(), @opaque the pool */
 VirtQueueElement *virtqueue_pool_alloc(void *opaque, size_t sz,
                                        unsigned int out_num,
