@@ -559,10 +559,23 @@ static bool same_chunk(const UringChunk *a, const UringChunk *b)
     return a && b && a->start == b->start && a->len == b->len;
 }
 
-/* Without cloning: bring this ring's own table from @old to @new */
-static void ring_update_own(struct UringFixedRing *ring,
-                            const UringChunkTable *old,
-                            const UringChunkTable *new)
+/*
+ * Without cloning: bring this ring's own kernel table from @old to @new,
+ * and mark in @refused the slots the kernel would not take.
+ *
+ * Pinning a chunk can take long (faulting 1 GiB of guest RAM in takes
+ * about 100 ms), so this runs without the registry lock, in the ring's
+ * thread.  That is safe: @old and @new are immutable snapshots, and memory
+ * that leaves the registry stays mapped until every ring has synced again
+ * (uring_fixed_unregister() waits for them), so nothing @new names goes
+ * away meanwhile.  The caller publishes @refused under the lock, where the
+ * monitor reads it.  Returns 0, or a negative errno when the ring cannot
+ * have a table of its own at all.
+ */
+static int ring_update_own(struct UringFixedRing *ring,
+                           const UringChunkTable *old,
+                           const UringChunkTable *new,
+                           unsigned long *refused)
 {
     struct io_uring *uring = &ring->ctx->fdmon_io_uring;
     unsigned i;
@@ -571,12 +584,9 @@ static void ring_update_own(struct UringFixedRing *ring,
     if (!ring->own_table) {
         ret = io_uring_register_buffers_sparse(uring, URING_SLOTS_MAX);
         if (ret < 0) {
-            ring_disable(ring, "the kernel cannot register a sparse buffer "
-                         "table (Linux >= 5.19 needed)", ret);
-            return;
+            return ret;
         }
         ring->own_table = true;
-        ring->refused = bitmap_new(URING_SLOTS_MAX);
     }
     for (i = 0; old && i < old->nr; i++) {
         const UringChunk *c = &old->chunks[i];
@@ -596,22 +606,47 @@ static void ring_update_own(struct UringFixedRing *ring,
         ret = update_slot(uring, c, c->slot);
         if (ret < 0) {
             report_refusal(ret, c);
-            set_bit(c->slot, ring->refused);
+            set_bit(c->slot, refused);
         } else {
-            clear_bit(c->slot, ring->refused);
+            clear_bit(c->slot, refused);
         }
     }
+    return 0;
 }
 
 /*
- * Make this ring's buffer table match the registry; in the ring's thread.
- * Holding the registry lock keeps the pin ring's table and the snapshot
- * in step, and the monitor from reading a half-changed ring.
+ * With cloning: take the pin ring's table, under the registry lock, which
+ * keeps it in step with the snapshot.  Cloning shares pages that are
+ * pinned already, so it is quick.  When it fails, the ring goes without
+ * fixed buffers, and drops the table it cloned before: that one may hold
+ * memory that has just left the registry, which must not stay pinned.
+ */
+static int ring_clone_locked(struct UringFixedRing *ring)
+{
+    struct io_uring *uring = &ring->ctx->fdmon_io_uring;
+    int ret = clone_table(uring->ring_fd, reg.pin_ring.ring_fd);
+
+    if (ret < 0) {
+        ring_disable(ring, "cloning the pinned buffers failed", ret);
+        if (ring->cloned) {
+            io_uring_unregister_buffers(uring);
+        }
+    }
+    ring->cloned = ret >= 0;
+    return ret;
+}
+
+/*
+ * Make this ring's buffer table match the registry; in the ring's thread,
+ * the only one that changes the ring's kernel table and its fields (the
+ * monitor reads them under the registry lock).
  */
 static void ring_sync(struct UringFixedRing *ring)
 {
     struct io_uring *uring = &ring->ctx->fdmon_io_uring;
     UringChunkTable *old = ring->table, *new;
+    unsigned long *refused = NULL;
+    bool own = false;
     int ret = 0;
 
     /* Queued sqes name slots by number: let them go before slots change */
@@ -624,16 +659,31 @@ static void ring_sync(struct UringFixedRing *ring)
         if (new) {
             chunk_table_ref(new);
         }
-        if (ring->disabled_reason) {
-            /* nothing to sync */
-        } else if (reg.can_clone) {
-            ret = clone_table(uring->ring_fd, reg.pin_ring.ring_fd);
-            if (ret < 0) {
-                ring_disable(ring, "cloning the pinned buffers failed", ret);
+        if (!ring->disabled_reason) {
+            if (reg.can_clone) {
+                ret = ring_clone_locked(ring);
+            } else {
+                own = true;
             }
-            ring->cloned = ret >= 0;
-        } else {
-            ring_update_own(ring, old, new);
+        }
+    }
+
+    if (own) {
+        refused = bitmap_new(URING_SLOTS_MAX);
+        if (ring->refused) {
+            bitmap_copy(refused, ring->refused, URING_SLOTS_MAX);
+        }
+        ret = ring_update_own(ring, old, new, refused);
+    }
+
+    WITH_QEMU_LOCK_GUARD(&reg.lock) {
+        if (own && ret < 0) {
+            ring_disable(ring, "the kernel cannot register a sparse buffer "
+                         "table (Linux >= 5.19 needed)", ret);
+            g_free(refused);
+        } else if (own) {
+            g_free(ring->refused);
+            ring->refused = refused;
         }
         ring->table = new;
         qatomic_set(&ring->generation, new ? new->generation : 0);

@@ -14,8 +14,10 @@
  * split and packed rings, queue sizes up to 4096 with elements of more
  * than 1024 pieces (saved past the old fixed-size record), a packed chain
  * with an indirect table, fixed buffers and iothread-vq-mapping.  A
- * destination with a smaller queue-size than the source must refuse the
- * stream cleanly instead of overflowing.
+ * destination whose queue cannot hold the source's ring must refuse the
+ * stream cleanly instead of overflowing.  With $VBLK_STOCK_QEMU set to a
+ * stock QEMU of the same version, streams between it and ours are tested
+ * too (scripts/tests.d/migration-stock).
  */
 
 #include "qemu/osdep.h"
@@ -34,8 +36,11 @@
 /* The write that fails once covers this disk offset */
 #define FAIL_OFFSET (8 * MiB)
 
+enum { OURS, STOCK_SOURCE, STOCK_DESTINATION };
+
 typedef struct MigCase {
     const char *name;
+    int stock;                  /* which side is stock QEMU, if any */
     bool packed;
     unsigned queue_size;
     unsigned dst_queue_size;    /* 0: the same */
@@ -49,15 +54,40 @@ typedef struct MigCase {
 #define FIXED "aio=io_uring,cache.direct=on,aio-fixed-buffers=on"
 
 static const MigCase cases[] = {
-    { "split/256", false, 256, 0, 1, false, PLAIN },
-    { "split/1024-indirect", false, 1024, 0, 64, true, PLAIN },
-    { "split/4096-2050-pieces", false, 4096, 0, 2050, false, PLAIN },
-    { "split/4096-2050-pieces/fixed", false, 4096, 0, 2050, false, FIXED },
-    { "split/iothread-vq-mapping", false, 256, 0, 4, false, PLAIN, true },
-    { "packed/256", true, 256, 0, 1, false, PLAIN },
-    { "packed/4096-indirect-1100-pieces", true, 4096, 0, 1100, true, PLAIN },
-    { "packed/256/fixed", true, 256, 0, 8, false, FIXED },
+    { "split/256", OURS, false, 256, 0, 1, false, PLAIN },
+    { "split/1024-indirect", OURS, false, 1024, 0, 64, true, PLAIN },
+    { "split/4096-2050-pieces", OURS, false, 4096, 0, 2050, false, PLAIN },
+    { "split/4096-2050-pieces/fixed", OURS, false, 4096, 0, 2050, false,
+      FIXED },
+    { "split/iothread-vq-mapping", OURS, false, 256, 0, 4, false, PLAIN,
+      true },
+    { "packed/256", OURS, true, 256, 0, 1, false, PLAIN },
+    { "packed/4096-indirect-1100-pieces", OURS, true, 4096, 0, 1100, true,
+      PLAIN },
+    { "packed/256/fixed", OURS, true, 256, 0, 8, false, FIXED },
 };
+
+/*
+ * Streams between stock QEMU 10.2.2 ($VBLK_STOCK_QEMU) and ours, in a
+ * configuration stock accepts.  A packed ring only from stock to ours:
+ * stock cannot load its own packed elements (the bug fixed here).
+ */
+static const MigCase cross[] = {
+    { "from-stock/split/1024", STOCK_SOURCE, false, 1024, 0, 64, false,
+      PLAIN },
+    { "to-stock/split/1024", STOCK_DESTINATION, false, 1024, 0, 64, false,
+      PLAIN },
+    { "from-stock/packed/256", STOCK_SOURCE, true, 256, 0, 8, true, PLAIN },
+};
+
+static const char *stock_qemu;
+static const char *our_qemu;
+
+/* The next QEMU the test starts is stock's, or ours */
+static void next_qemu(bool stock)
+{
+    g_setenv("QTEST_QEMU_BINARY", stock ? stock_qemu : our_qemu, true);
+}
 
 /* The -blockdev and -device options both sides share */
 static char *device_args(const MigCase *c, const char *image,
@@ -234,8 +264,10 @@ static void test_split(const MigCase *c, const char *image, const char *path)
     VblkDev *d;
     int i;
 
+    next_qemu(c->stock == STOCK_SOURCE);
     d = vblk_start(RAM_SIZE, g_strdup(image), c->vq_mapping ? 2 : 1, "%s",
                    src_args);
+    next_qemu(c->stock == STOCK_DESTINATION);
     fill_batch(d, c, ios, segs, 10);
     b = vblk_batch_start(d, ios, NWRITES);
     wait_parked(d->qts);
@@ -275,7 +307,9 @@ static void test_packed(const MigCase *c, const char *image, const char *path)
     VblkDev *d;
     int i;
 
+    next_qemu(c->stock == STOCK_SOURCE);
     d = vblk_start(RAM_SIZE, g_strdup(image), 1, "%s", src_args);
+    next_qemu(c->stock == STOCK_DESTINATION);
     d->extra_features |= 1ull << VIRTIO_F_RING_PACKED;
     vblk_reset(d);
     vq = d->vqs[0];
@@ -393,6 +427,7 @@ static void test_smaller_destination(gconstpointer opaque)
     QTestState *dst;
     VblkDev *d;
 
+    next_qemu(false);
     d = vblk_start(RAM_SIZE, g_strdup(image), 1, "%s", src_args);
     if (c->packed) {
         d->extra_features |= 1ull << VIRTIO_F_RING_PACKED;
@@ -415,9 +450,14 @@ static void test_smaller_destination(gconstpointer opaque)
     g_free(image);
 }
 
+/*
+ * A driver may make a ring as large as 1024 entries, or the queue-size if
+ * that is larger, so that is what the destination holds: a source of 4096
+ * does not fit a destination of 1024.
+ */
 static const MigCase smaller[] = {
-    { "split", false, 1024, 256, 300, false, PLAIN },
-    { "packed", true, 1024, 256, 1, false, PLAIN },
+    { "split", OURS, false, 4096, 1024, 1500, false, PLAIN },
+    { "packed", OURS, true, 4096, 1024, 1, false, PLAIN },
 };
 
 int main(int argc, char **argv)
@@ -425,6 +465,14 @@ int main(int argc, char **argv)
     int i;
 
     g_test_init(&argc, &argv, NULL);
+    our_qemu = g_getenv("QTEST_QEMU_BINARY");
+    stock_qemu = g_getenv("VBLK_STOCK_QEMU");
+    for (i = 0; stock_qemu && i < ARRAY_SIZE(cross); i++) {
+        g_autofree char *path = g_strdup_printf("/vblk-migration/%s",
+                                                cross[i].name);
+
+        qtest_add_data_func(path, &cross[i], run_case);
+    }
     for (i = 0; i < ARRAY_SIZE(cases); i++) {
         g_autofree char *path = g_strdup_printf("/vblk-migration/%s",
                                                 cases[i].name);
