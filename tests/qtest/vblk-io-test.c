@@ -1040,21 +1040,35 @@ static void test_device_depth(gconstpointer data)
     vblk_stop(d);
 }
 
+typedef struct BackendDepthCase {
+    const char *max_in_flight;
+    int nvqs;
+} BackendDepthCase;
+
 /*
  * The device takes from its queues no more than it keeps the backend
  * busy with: twice the requests the backend takes at once (here
  * aio-max-in-flight=16 of file-posix, seen through a throttle filter),
  * shared by the queues, where each queue may always take its equal part
- * of that (so at most twice as many in the worst case).  Beyond that,
- * requests wait in the rings.  4 queues of 128 writes held back by the
- * throttle group: the device never has more than 64 taken at once, and
- * every write reaches the disk.  aio-max-in-flight=0 (no limit) is the
- * control: there the device takes far more.
+ * of that, at least one (so at most twice as many in the worst case).
+ * Beyond that, requests wait in the rings.  4 or 16 queues of 512 writes
+ * in all, held back by the throttle group: the device never has more
+ * than 64 taken at once, and every write reaches the disk.
+ * aio-max-in-flight=0 (no limit) is the control: there the device takes
+ * far more.
+ *
+ * While a queue waits for room, the device wakes it itself, so it keeps
+ * the guest from notifying it (VRING_USED_F_NO_NOTIFY stays set): seen
+ * as a queue with requests left in its ring, it almost always asks for
+ * no notification.  (A queue that just got its turn may not have run
+ * yet, hence "almost".)
  */
 static void test_backend_depth(gconstpointer data)
 {
-    const char *max_in_flight = data;
-    enum { NVQS = 4, PER_VQ = 128, N = NVQS * PER_VQ, BACKEND = 16 };
+    const BackendDepthCase *c = data;
+    const char *max_in_flight = c->max_in_flight;
+    const int NVQS = c->nvqs;
+    enum { N = 512, BACKEND = 16 };
     g_autofree char *opts = g_strdup_printf("aio=io_uring,cache.direct=on,"
                                             "aio-max-in-flight=%s",
                                             max_in_flight);
@@ -1065,7 +1079,7 @@ static void test_backend_depth(gconstpointer data)
     g_autofree VblkIo *ios = g_new0(VblkIo, N);
     gint64 deadline = g_get_monotonic_time() + VBLK_TIMEOUT_US;
     uint32_t most = 0;
-    unsigned done;
+    unsigned done, waiting_seen = 0, notify_asked = 0;
     int i;
 
     for (i = 0; i < N; i++) {
@@ -1085,8 +1099,15 @@ static void test_backend_depth(gconstpointer data)
         g_assert(g_get_monotonic_time() < deadline);
         done = 0;
         for (q = 0; q < NVQS; q++) {
-            taken += vq_in_use(d, q, &used_idx);
+            uint32_t in_use = vq_in_use(d, q, &used_idx);
+            uint16_t flags = qtest_readw(d->qts, d->vqs[q]->used);
+
+            taken += in_use;
             done += used_idx;
+            if (used_idx + in_use < N / NVQS) {
+                waiting_seen++;
+                notify_asked += !(flags & VRING_USED_F_NO_NOTIFY);
+            }
         }
         if (limited) {
             g_assert_cmpuint(taken, <=, 2 * 2 * BACKEND);
@@ -1094,13 +1115,22 @@ static void test_backend_depth(gconstpointer data)
         most = MAX(most, taken);
         g_usleep(5 * 1000);
     } while (done != N);
-    g_test_message("at most %u of %u requests taken from the queues",
-                   most, N);
+    g_test_message("at most %u of %u requests taken from the queues; "
+                   "notifications asked for in %u of %u looks at a queue "
+                   "with requests waiting", most, N, notify_asked,
+                   waiting_seen);
     if (!limited) {
         g_assert_cmpuint(most, >, 2 * 2 * BACKEND);
+    } else {
+        g_assert_cmpuint(waiting_seen, >, 0);
+        g_assert_cmpuint(notify_asked, <=, waiting_seen / 10);
     }
     reset_and_read_back(d, ios, N);
 }
+
+static const BackendDepthCase backend_depth_cases[] = {
+    { "16", 4 }, { "0", 4 }, { "16", 16 },
+};
 
 static void run_case(gconstpointer opaque)
 {
@@ -1130,9 +1160,15 @@ int main(int argc, char **argv)
     qtest_add_data_func("/vblk-io/device-depth/auto", "", test_device_depth);
     qtest_add_data_func("/vblk-io/device-depth/unlimited",
                         ",aio-max-in-flight=0", test_device_depth);
-    qtest_add_data_func("/vblk-io/backend-depth/limited", "16",
-                        test_backend_depth);
-    qtest_add_data_func("/vblk-io/backend-depth/unlimited", "0",
-                        test_backend_depth);
+    for (i = 0; i < ARRAY_SIZE(backend_depth_cases); i++) {
+        const BackendDepthCase *c = &backend_depth_cases[i];
+        g_autofree char *path =
+            g_strdup_printf("/vblk-io/backend-depth/%s/%d-queues",
+                            strcmp(c->max_in_flight, "0") ? "limited"
+                                                          : "unlimited",
+                            c->nvqs);
+
+        qtest_add_data_func(path, c, test_backend_depth);
+    }
     return g_test_run();
 }

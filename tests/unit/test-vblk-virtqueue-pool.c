@@ -8,7 +8,10 @@
  * pool lets it and hands them to releasing threads through a queue; the
  * releasing threads give them back.  What must hold:
  *  - a pool never has more out than its limit, and a group of pools never
- *    more than its bound plus every pool's part;
+ *    more than its bound plus every pool's part, also where the parts are
+ *    one request each;
+ *  - pools the group refused take the room that frees up in the order
+ *    they were refused, and no pool takes past its part ahead of them;
  *  - a popping thread that was told no is always woken (a missed wake-up
  *    would stall it: the test fails after a timeout instead of hanging);
  *  - a pool freed while objects are out leaves them be, and the releases
@@ -249,6 +252,113 @@ static void test_group(void)
     run(4, 64, 32, 3, 100000);
 }
 
+/* Eight pools sharing a bound of 8: parts of one, every wake from the group */
+static void test_group_parts_of_one(void)
+{
+    run(8, 64, 8, 3, 50000);
+}
+
+/* The order in which the group woke pools, by index into the test's pools */
+static GString *wake_order;
+
+static void order_wake(void *opaque)
+{
+    g_string_append_c(wake_order, 'A' + GPOINTER_TO_UINT(opaque));
+}
+
+/* Take @n from @pool, which must let us */
+static void take(VirtQueuePool *pool, GQueue *out, unsigned int n)
+{
+    while (n--) {
+        g_assert_true(virtqueue_pool_may_take(pool));
+        g_queue_push_tail(out, virtqueue_pool_alloc(pool,
+                                                    sizeof(VirtQueueElement),
+                                                    1, 1));
+    }
+}
+
+static void give_back(GQueue *out, unsigned int n)
+{
+    while (n--) {
+        virtqueue_pool_release(g_queue_pop_head(out));
+    }
+}
+
+/*
+ * One thread, step by step: four pools share a bound of 8 (parts of 2).
+ * D takes its part, A fills the bound, B and C take their part and are
+ * refused past it, then A is refused.  The room given back goes to B, C
+ * and A in that order, a batch (an eighth of the bound) at a time; D,
+ * never refused, cannot take past its part ahead of them, and a pool
+ * woken keeps the room it was woken for until it runs.
+ */
+static void test_group_turns(void)
+{
+    enum { NPOOLS = 4, BOUND = 8 };
+    VirtQueuePool *pools[NPOOLS];
+    GQueue out[NPOOLS];
+    VirtQueuePoolGroup *group = virtqueue_pool_group_new();
+    VirtQueuePool *a, *b, *c, *d;
+    unsigned int i;
+
+    wake_order = g_string_new("");
+    for (i = 0; i < NPOOLS; i++) {
+        pools[i] = virtqueue_pool_new(sizeof(VirtQueueElement), 8, 0);
+        virtqueue_pool_limit_in_flight(pools[i], 64, order_wake,
+                                       GUINT_TO_POINTER(i));
+        virtqueue_pool_join(pools[i], group);
+        g_queue_init(&out[i]);
+    }
+    virtqueue_pool_group_set_limit(group, BOUND);
+    a = pools[0], b = pools[1], c = pools[2], d = pools[3];
+
+    take(d, &out[3], 2);
+    take(a, &out[0], 6);
+    take(b, &out[1], 2);
+    g_assert_false(virtqueue_pool_may_take(b));
+    take(c, &out[2], 2);
+    g_assert_false(virtqueue_pool_may_take(c));
+    g_assert_false(virtqueue_pool_may_take(a));
+    g_assert_cmpstr(wake_order->str, ==, "");
+
+    /* 12 out of 8: the fifth given back frees a batch, B's turn */
+    give_back(&out[0], 4);
+    g_assert_cmpstr(wake_order->str, ==, "");
+    give_back(&out[0], 1);
+    g_assert_cmpstr(wake_order->str, ==, "B");
+
+    /* D, at its part, may not take the room ahead of those waiting */
+    g_assert_false(virtqueue_pool_may_take(d));
+
+    /* B runs, takes the room, and is refused again: C's turn next */
+    take(b, &out[1], 1);
+    g_assert_false(virtqueue_pool_may_take(b));
+    give_back(&out[0], 1);
+    g_assert_cmpstr(wake_order->str, ==, "BC");
+    take(c, &out[2], 1);
+    g_assert_false(virtqueue_pool_may_take(c));
+
+    /* Then A; until A runs, more room does not wake anyone else */
+    give_back(&out[2], 3);
+    g_assert_cmpstr(wake_order->str, ==, "BCA");
+    take(a, &out[0], 1);
+
+    /* A ran: the room goes to D, B, C, which queued in that order */
+    give_back(&out[0], 1);
+    g_assert_cmpstr(wake_order->str, ==, "BCAD");
+    for (i = 0; i < NPOOLS; i++) {
+        give_back(&out[i], g_queue_get_length(&out[i]));
+    }
+    /* The bound lifted: whoever still waits is woken */
+    virtqueue_pool_group_set_limit(group, 0);
+    g_assert_cmpstr(wake_order->str, ==, "BCADBC");
+    for (i = 0; i < NPOOLS; i++) {
+        virtqueue_pool_free(pools[i]);
+    }
+    virtqueue_pool_group_free(group);
+    g_string_free(wake_order, true);
+}
+
 static void leak_wake(void *opaque)
 {
     g_error("wake of a freed pool called");
@@ -288,6 +398,9 @@ int main(int argc, char **argv)
     g_test_add_func("/virtqueue-pool/limit", test_limit);
     g_test_add_func("/virtqueue-pool/limit-2", test_limit_2);
     g_test_add_func("/virtqueue-pool/group", test_group);
+    g_test_add_func("/virtqueue-pool/group-parts-of-one",
+                    test_group_parts_of_one);
+    g_test_add_func("/virtqueue-pool/group-turns", test_group_turns);
     g_test_add_func("/virtqueue-pool/free-with-objects-out",
                     test_free_with_objects_out);
     return g_test_run();

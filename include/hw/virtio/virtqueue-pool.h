@@ -61,16 +61,17 @@ void virtqueue_pool_free(VirtQueuePool *pool);
  *
  * The bound is soft.  Each pool may always have its equal part of it out
  * (at least VIRTQUEUE_POOL_GROUP_MIN_SHARE), so that a queue is never
- * starved by busier ones and always has a completion of its own to wake
- * it; beyond that it takes while the group is under the bound.  So the
- * group has at most the bound plus every pool's part out (twice the
- * bound, unless the minimum part overdraws it), and threads that take at
- * the same moment may overshoot by one each.  A pool's own limit applies
- * as well.
+ * shut out by busier ones; beyond that it takes while the group is under
+ * the bound and no other pool waits for room, or when the group gave it
+ * its turn.  Pools refused for the group's sake are woken in the order
+ * they were refused, once a batch of room is free (see virtqueue-pool.c).
+ * So the group has at most the bound plus every pool's part out, and
+ * threads that take at the same moment may overshoot by one each.  A
+ * pool's own limit applies as well.
  */
 typedef struct VirtQueuePoolGroup VirtQueuePoolGroup;
 
-#define VIRTQUEUE_POOL_GROUP_MIN_SHARE 8
+#define VIRTQUEUE_POOL_GROUP_MIN_SHARE 1
 
 VirtQueuePoolGroup *virtqueue_pool_group_new(void);
 
