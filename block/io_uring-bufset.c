@@ -2,14 +2,14 @@
 /*
  * io_uring fixed buffers: the guest RAM one block node registered
  *
- * A file-posix node with aio-fixed-buffers=on keeps the ranges handed to
+ * A file-posix node with fixed buffers on keeps the ranges handed to
  * bdrv_register_buf() here, forwards them to the process-wide registry and
  * takes them back when it closes.  Pinned RAM must not be discarded, so
  * RAM discard is off for as long as the set exists.
  */
 
 #include "qemu/osdep.h"
-#include "qemu/error-report.h"
+#include "qapi/error.h"
 #include "system/memory.h"
 #include "block/io_uring-fixed.h"
 
@@ -17,15 +17,15 @@ struct UringBufSet {
     GArray *ranges;     /* of struct iovec */
 };
 
-/* A set, or NULL after a warning when RAM must stay discardable */
-UringBufSet *uring_buf_set_new(void)
+/* A set, or NULL with @errp set when RAM must stay discardable */
+UringBufSet *uring_buf_set_new(Error **errp)
 {
     UringBufSet *set;
 
     if (ram_block_discard_disable(true) < 0) {
-        warn_report("aio-fixed-buffers=on ignored: io_uring fixed buffers "
-                    "pin guest RAM, but RAM discard (virtio-mem, "
-                    "virtio-balloon free page reporting) is in use");
+        error_setg(errp, "io_uring fixed buffers pin guest RAM, but RAM "
+                   "discard (virtio-mem, virtio-balloon free page "
+                   "reporting) is in use");
         return NULL;
     }
     set = g_new0(UringBufSet, 1);

@@ -54,15 +54,46 @@ check_sha256() {
     fi
 }
 
+# The Debian archive as this machine reaches it: the address its own apt
+# sources give for Debian's main archive (a mirror, or a caching proxy
+# such as apt-cacher-ng), or VBLK_DEBIAN_ARCHIVE.  apt's own settings
+# (Acquire::http::Proxy and the like) apply as well.  Empty if none.
+debian_archive() {
+    if [ -n "${VBLK_DEBIAN_ARCHIVE:-}" ]; then
+        printf '%s\n' "$VBLK_DEBIAN_ARCHIVE"
+        return
+    fi
+    # Labelled Debian by its Release file, or else (lists not fetched
+    # yet) the entry for this release's own suite
+    # shellcheck disable=SC2016
+    apt-get indextargets --format '$(TARGET_OF) $(LABEL) $(RELEASE) $(REPO_URI)' \
+            2>/dev/null |
+        awk -v codename="$(. /etc/os-release && echo "$VERSION_CODENAME")" '
+            $1 != "deb" { next }
+            $2 == "Debian" { print $4; found = 1; exit }
+            $3 == codename && !own { own = $4 }
+            END { if (!found && own) print own }'
+}
+
 # A private apt configuration, so that the machine's own sources stay as
 # they are while we read sid's sources and trixie's packages.
 private_apt() {
-    local dir=$VBLK_CACHE/apt
+    local dir=$VBLK_CACHE/apt archive
+    archive=$(debian_archive)
+    if [ -z "$archive" ]; then
+        say "no Debian archive in this machine's apt sources (set VBLK_DEBIAN_ARCHIVE)"
+        return 1
+    fi
     mkdir -p "$dir/lists/partial" "$dir/archives/partial"
-    cat >"$dir/sources.list" <<EOS
-deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian sid main
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main
+    cat >"$dir/sources.list.new" <<EOS
+deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $archive sid main
+deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $archive trixie main
 EOS
+    # Another archive than last time: its lists are not the ones we have
+    if ! cmp -s "$dir/sources.list.new" "$dir/sources.list"; then
+        rm -f "$dir/lists/.updated"
+    fi
+    mv "$dir/sources.list.new" "$dir/sources.list"
     PRIVATE_APT_OPTS=(
         -o "Dir::Etc::SourceList=$dir/sources.list"
         -o Dir::Etc::SourceParts=/dev/null

@@ -69,7 +69,7 @@ void uring_fixed_unregister(void *host, size_t size);
 
 /* The RAM one block node registered (block/io_uring-bufset.c) */
 typedef struct UringBufSet UringBufSet;
-UringBufSet *uring_buf_set_new(void);
+UringBufSet *uring_buf_set_new(Error **errp);
 void uring_buf_set_add(UringBufSet *set, void *host, size_t size);
 void uring_buf_set_remove(UringBufSet *set, void *host, size_t size);
 void uring_buf_set_free(UringBufSet *set);

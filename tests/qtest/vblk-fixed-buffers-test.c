@@ -298,26 +298,58 @@ static void test_small_requests(void)
     vblk_stop(d);
 }
 
-/* With the option off nothing is registered and nothing changes */
-static void test_off(void)
+typedef struct AutoCase {
+    const char *qemu_args;      /* added to the command line */
+    const char *drive_opts;     /* added to the file node's options */
+    bool fixed;                 /* whether fixed buffers must be used */
+} AutoCase;
+
+/*
+ * aio-fixed-buffers=auto, the default: fixed buffers exactly where guest
+ * RAM is locked anyway (-overcommit mem-lock=on, as libvirt's <locked/>
+ * gives), with aio=io_uring and cache.direct=on; elsewhere nothing is
+ * registered and nothing changes.  With the option off, never.
+ */
+static void test_auto(gconstpointer opaque)
 {
+    const AutoCase *c = opaque;
     char *image = vblk_make_image(DISK_SIZE);
-    g_autofree char *drive = fixed_drive(image, "");
+    g_autofree char *drive = g_strdup_printf("-blockdev file,node-name=disk0,"
+                                             "filename=%s,aio=io_uring%s",
+                                             image, c->drive_opts);
     VblkDev *d;
     QDict *info;
     int reads = 0, writes = 0;
 
     d = vblk_start(256 * MiB, image, 1,
-                   "-machine pc -m 256M -object iothread,id=io0 %s "
+                   "-machine pc -m 256M %s -object iothread,id=io0 %s "
                    "-device virtio-blk-pci,id=vblk0,addr=04.0,drive=disk0,"
-                   "iothread=io0", drive);
+                   "iothread=io0", c->qemu_args, drive);
     run_shapes(d, 0, d->data_start, 0, 1, &writes, &reads);
     info = vblk_fixed_info(d);
-    g_assert_cmpuint(qdict_get_int(info, "registered-bytes"), ==, 0);
-    g_assert_null(vblk_fixed_ring(info, "io0"));
+    if (c->fixed) {
+        assert_ring(info, "io0", reads, writes);
+    } else {
+        g_assert_cmpuint(qdict_get_int(info, "registered-bytes"), ==, 0);
+        g_assert_null(vblk_fixed_ring(info, "io0"));
+    }
     qobject_unref(info);
     vblk_stop(d);
 }
+
+static const struct {
+    const char *name;
+    AutoCase c;
+} auto_cases[] = {
+    { "auto/locked", { "-overcommit mem-lock=on", ",cache.direct=on",
+                       true } },
+    { "auto/unlocked", { "", ",cache.direct=on", false } },
+    { "auto/locked-cached", { "-overcommit mem-lock=on", "", false } },
+    { "off/locked", { "-overcommit mem-lock=on",
+                      ",cache.direct=on,aio-fixed-buffers=off", false } },
+    { "off/unlocked", { "", ",cache.direct=on,aio-fixed-buffers=off",
+                        false } },
+};
 
 /*
  * 2 GiB of guest RAM always spans a 1 GiB-aligned host address, so one
@@ -1359,12 +1391,19 @@ static void test_memlock_hotplug(gconstpointer opaque)
 
 int main(int argc, char **argv)
 {
+    int i;
+
     g_test_init(&argc, &argv, NULL);
 
     qtest_add_func("/vblk-fixed/hugetlb", test_hugetlb);
     qtest_add_func("/vblk-fixed/small-pages", test_small_pages);
     qtest_add_func("/vblk-fixed/small-requests", test_small_requests);
-    qtest_add_func("/vblk-fixed/off", test_off);
+    for (i = 0; i < ARRAY_SIZE(auto_cases); i++) {
+        g_autofree char *path = g_strdup_printf("/vblk-fixed/%s",
+                                                auto_cases[i].name);
+
+        qtest_add_data_func(path, &auto_cases[i].c, test_auto);
+    }
     qtest_add_func("/vblk-fixed/chunk-boundary", test_chunk_boundary);
     qtest_add_func("/vblk-fixed/ramblock-boundary", test_ramblock_boundary);
     qtest_add_func("/vblk-fixed/every-chunk-boundary",

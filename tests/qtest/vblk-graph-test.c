@@ -48,7 +48,7 @@ static const Backend backends[] = {
       "'aio': 'io_uring', 'cache': {'direct': true}" },
     { "io_uring-fixed", "aio=io_uring,cache.direct=on,aio-fixed-buffers=on",
       "'aio': 'io_uring', 'cache': {'direct': true}, "
-      "'aio-fixed-buffers': true", true },
+      "'aio-fixed-buffers': 'on'", true },
 };
 
 /* The guest: a device with a load to keep in flight */
