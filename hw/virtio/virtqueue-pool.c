@@ -640,6 +640,9 @@ void virtqueue_pool_free(VirtQueuePool *pool)
         return;
     }
     budget_leave(pool);
+    if (pool->group) {
+        group_dequeue(pool->group, pool);
+    }
     pool_refill(pool);
     QSLIST_FOREACH_SAFE(obj, &pool->cached, next, next) {
         pool_object_delete(obj);
@@ -652,13 +655,9 @@ void virtqueue_pool_free(VirtQueuePool *pool)
                     qatomic_read(&pool->nr_objects));
         /* The device is going away: leave it be when they come back */
         qatomic_set(&pool->wake, NULL);
-        if (pool->group) {
-            group_dequeue(pool->group, pool);
-        }
         return;
     }
     if (pool->group) {
-        group_dequeue(pool->group, pool);
         pool->group->nr_pools--;
     }
     g_free(pool);

@@ -345,6 +345,9 @@ static const struct {
                        true } },
     { "auto/unlocked", { "", ",cache.direct=on", false } },
     { "auto/locked-cached", { "-overcommit mem-lock=on", "", false } },
+    /* Locked only once touched: pinning would make all of it resident */
+    { "auto/locked-on-fault", { "-overcommit mem-lock=on-fault",
+                                ",cache.direct=on", false } },
     { "off/locked", { "-overcommit mem-lock=on",
                       ",cache.direct=on,aio-fixed-buffers=off", false } },
     { "off/unlocked", { "", ",cache.direct=on,aio-fixed-buffers=off",
