@@ -15,7 +15,9 @@
  * than 1024 pieces (saved past the old fixed-size record), a packed chain
  * with an indirect table, fixed buffers and iothread-vq-mapping.  A
  * destination whose queue cannot hold the source's ring must refuse the
- * stream cleanly instead of overflowing.  With $VBLK_STOCK_QEMU set to a
+ * stream cleanly instead of overflowing.  Postcopy must leave a
+ * destination with fixed buffers reading and writing the guest's pages.
+ * With $VBLK_STOCK_QEMU set to a
  * stock QEMU of the same version, streams between it and ours are tested
  * too (scripts/tests.d/migration-stock).
  */
@@ -460,6 +462,105 @@ static const MigCase smaller[] = {
     { "packed", OURS, true, 4096, 1024, 1, false, PLAIN },
 };
 
+/* Set the postcopy-ram capability of @qts */
+static void enable_postcopy(QTestState *qts)
+{
+    qtest_qmp_assert_success(qts, "{'execute': 'migrate-set-capabilities', "
+                             "'arguments': {'capabilities': [{'capability': "
+                             "'postcopy-ram', 'state': true}]}}");
+}
+
+/* The migration status of @qts now */
+static char *status_now(QTestState *qts)
+{
+    QDict *rsp = qtest_qmp(qts, "{'execute': 'query-migrate'}");
+    char *status = g_strdup(qdict_get_try_str(qdict_get_qdict(rsp, "return"),
+                                              "status"));
+
+    qobject_unref(rsp);
+    return status;
+}
+
+/*
+ * Postcopy to a destination whose guest RAM is registered as io_uring
+ * fixed buffers.  Before the first page comes, postcopy discards all of
+ * the destination's RAM; the pages io_uring pinned at start-up are then no
+ * longer the guest's, and every page the guest touches afterwards is a new
+ * one.  Requests after the migration must read and write the guest's
+ * pages, and go fixed again once postcopy has ended.  The discard comes
+ * as soon as postcopy is advised, so a migration that could have switched
+ * to postcopy but completed in precopy (@opaque false) has it too.
+ */
+static void test_postcopy(gconstpointer opaque)
+{
+    bool start_postcopy = GPOINTER_TO_INT(opaque);
+    MigCase c = { "postcopy", OURS, false, 256, 0, 1, false, FIXED };
+    char *image = vblk_make_image(DISK_SIZE);
+    g_autofree char *args = device_args(&c, image, false, 256);
+    g_autofree char *dir = g_dir_make_tmp("vblk-postcopy-XXXXXX", NULL);
+    g_autofree char *uri = g_strdup_printf("unix:%s/mig.sock", dir);
+    g_autofree char *status = NULL;
+    VblkSeg segs[8];
+    VblkIo ios[8];
+    QTestState *dst;
+    QDict *info;
+    VblkDev *d;
+    int i;
+
+    next_qemu(false);
+    d = vblk_start(RAM_SIZE, image, 1, "%s", args);
+    for (i = 0; i < 8; i++) {
+        vblk_split(&segs[i], d->data_start + i * MiB, 64 * KiB, 1);
+        ios[i] = (VblkIo) { .q = 0, .offset = i * MiB, .segs = &segs[i],
+                            .nsegs = 1 };
+    }
+    vblk_write_read(d, ios, 8, 40);
+
+    dst = qtest_initf("%s -incoming defer", args);
+    enable_postcopy(d->qts);
+    enable_postcopy(dst);
+    qtest_qmp_assert_success(dst, "{'execute': 'migrate-incoming', "
+                             "'arguments': {'uri': %s}}", uri);
+    if (start_postcopy) {
+        /* Slow enough that precopy is still going when postcopy starts */
+        qtest_qmp_assert_success(d->qts,
+                                 "{'execute': 'migrate-set-parameters', "
+                                 "'arguments': {'max-bandwidth': 65536}}");
+    }
+    qtest_qmp_assert_success(d->qts, "{'execute': 'migrate', "
+                             "'arguments': {'uri': %s}}", uri);
+    if (start_postcopy) {
+        qtest_qmp_assert_success(d->qts,
+                                 "{'execute': 'migrate-start-postcopy'}");
+    }
+    for (;;) {
+        g_free(status);
+        status = status_now(d->qts);
+        if (!strcmp(status, "postcopy-active") ||
+            !strcmp(status, "completed") || !strcmp(status, "failed")) {
+            break;
+        }
+        g_usleep(1000);
+    }
+    g_assert_cmpstr(status, ==,
+                    start_postcopy ? "postcopy-active" : "completed");
+    g_free(status);
+    status = migration_status(d->qts, NULL);
+    g_assert_cmpstr(status, ==, "completed");
+    g_free(status);
+    status = migration_status(dst, NULL);
+    g_assert_cmpstr(status, ==, "completed");
+    switch_to(d, dst);
+
+    vblk_write_read(d, ios, 8, 50);
+    info = vblk_fixed_info(d);
+    g_assert_cmpuint(qdict_get_int(vblk_fixed_ring(info, "io0"),
+                                   "fixed-reads"), >, 0);
+    qobject_unref(info);
+    vblk_stop(d);
+    rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
     int i;
@@ -486,5 +587,9 @@ int main(int argc, char **argv)
 
         qtest_add_data_func(path, &smaller[i], test_smaller_destination);
     }
+    qtest_add_data_func("/vblk-migration/postcopy/fixed",
+                        GINT_TO_POINTER(true), test_postcopy);
+    qtest_add_data_func("/vblk-migration/postcopy-advised/fixed",
+                        GINT_TO_POINTER(false), test_postcopy);
     return g_test_run();
 }
