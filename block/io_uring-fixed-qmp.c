@@ -5,6 +5,7 @@
 
 #include "qemu/osdep.h"
 #include "block/io_uring-fixed.h"
+#include "exec/cpu-common.h"
 #include "monitor/hmp.h"
 #include "monitor/monitor.h"
 #include "qapi/qapi-commands-io-uring.h"
@@ -88,8 +89,13 @@ IoUringBuffersInfo *qmp_x_query_io_uring_buffers(Error **errp)
     for (i = 0; t && i < t->nr; i++) {
         const UringChunk *c = &t->chunks[i];
         IoUringBufferChunk *chunk = g_new0(IoUringBufferChunk, 1);
+        ram_addr_t offset = 0;
+        RAMBlock *rb;
 
-        chunk->host_address = c->start;
+        /* Where it is in guest terms, not in QEMU's address space */
+        rb = qemu_ram_block_from_host((void *)c->start, false, &offset);
+        chunk->ram_block = g_strdup(rb ? qemu_ram_get_idstr(rb) : "");
+        chunk->offset = offset;
         chunk->size = c->len;
         chunk->page_size = c->page_size;
         chunk->bvecs = uring_chunk_bvecs(c, info->kernel_coalesces);
@@ -130,9 +136,10 @@ void hmp_info_io_uring_buffers(Monitor *mon, const QDict *qdict)
                    info->vectored_fixed ? "yes" : "no",
                    info->kernel_coalesces ? "yes" : "no");
     for (c = info->chunks; c; c = c->next) {
-        monitor_printf(mon, "  chunk %u: 0x%" PRIx64 " +%" PRIu64
+        monitor_printf(mon, "  chunk %u: %s +0x%" PRIx64 " size %" PRIu64
                        " page %" PRIu64 " bvecs %" PRIu64 "%s\n",
-                       c->value->slot, c->value->host_address, c->value->size,
+                       c->value->slot, c->value->ram_block, c->value->offset,
+                       c->value->size,
                        c->value->page_size, c->value->bvecs,
                        c->value->pinned ? "" : " (not pinned)");
     }
