@@ -31,13 +31,15 @@ if [ -z "${VBLK_DEB_CACHE:-}" ] && [ -d "$VBLK_ROOT/../shared/cache" ]; then
 fi
 VBLK_DEB_CACHE=${VBLK_DEB_CACHE:-}
 
-# Assembled trees: ours (pristine + patches/ + our files) and the stock
-# baseline (pristine only).  Each has its object directory inside.
+# Assembled trees: ours (pristine + patches/ + our files), the stock
+# baseline (pristine only), and the series as posted, one commit per patch
+# with our files in the patches that bring them (scripts/qemu-tree post).
 tree_dir() {
     case "$1" in
     vblk) echo "$VBLK_BUILD/qemu" ;;
     stock) echo "$VBLK_BUILD/qemu-stock" ;;
-    *) die "unknown tree '$1' (vblk or stock)" ;;
+    series) echo "$VBLK_BUILD/qemu-series" ;;
+    *) die "unknown tree '$1' (vblk, stock or series)" ;;
     esac
 }
 

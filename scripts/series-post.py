@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Where each new file of the overlay enters the posted series.
+
+    series-post.py ROOT PATCHES_DIR
+    series-post.py --meson FILE TEST...
+
+Prints one line per patch of patches/series, in order: the patch's file
+name, then the overlay files that the posted form of that patch adds
+(tab-separated), each followed by a line "tests" and the tests that
+exist from that patch on.  scripts/qemu-tree post reads it.  With
+--meson, prints a tests' meson.build with the entries of the named tests
+only.
+
+A new file enters with the first patch that needs it:
+  - a C file, with the first patch whose added lines name it in the
+    meson.build of its directory;
+  - a header, with the first patch that includes it, or with the first
+    new file that includes it, whichever comes first;
+  - a QAPI module, with the first patch that includes it in a schema;
+  - a meson.build of a new directory, with the patch that adds subdir();
+  - a test, with the patch that patches/tests-with names for it (not
+    before its directory's meson.build), or else with the last patch; the
+    tests' meson.build is cut down at each patch to the tests that exist
+    by then, and a file that only a test's entry there names comes with
+    the first such test;
+  - anything else (documentation), with the last patch.
+"""
+
+import os
+import re
+import sys
+
+ROOT, PATCHES = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ""
+OVERLAY_DIRS = ["hw", "block", "util", "include", "qapi", "tests", "docs"]
+TEST_RE = re.compile(r"^tests/(qtest/vblk-.*-test|unit/test-vblk-.*)\.c$")
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def series():
+    lines = read(os.path.join(PATCHES, "series")).splitlines()
+    return [l.split("#")[0].strip() for l in lines if l.split("#")[0].strip()]
+
+
+def patch_subject(text):
+    m = re.search(r"^Subject: (.*(?:\n .*)*)", text, re.M)
+    return " ".join(m.group(1).split()) if m else ""
+
+
+def added_lines(text):
+    """{file touched: [added lines]} of one patch"""
+    files, cur = {}, None
+    for line in text.splitlines():
+        if line.startswith("+++ b/"):
+            cur = line[6:]
+            files.setdefault(cur, [])
+        elif cur and line.startswith("+") and not line.startswith("+++"):
+            files[cur].append(line[1:])
+    return files
+
+
+def overlay_files():
+    out = []
+    for d in OVERLAY_DIRS:
+        for base, _, names in os.walk(os.path.join(ROOT, d)):
+            for n in names:
+                rel = os.path.relpath(os.path.join(base, n), ROOT)
+                if not rel.startswith("docs/bench"):
+                    out.append(rel)
+    return sorted(out)
+
+
+def includes(path):
+    """Quoted #includes of a C file or header of the overlay"""
+    if not path.endswith((".c", ".h")):
+        return []
+    return re.findall(r'^#include "([^"]+)"', read(os.path.join(ROOT, path)), re.M)
+
+
+def header_key(path):
+    """How a header is named in #include"""
+    return path[len("include/"):] if path.startswith("include/") else path
+
+
+def referenced_by(path, added):
+    """Whether a patch's added lines ({file: lines}) ask for @path"""
+    d, base = os.path.split(path)
+    if path.endswith(".h"):
+        key = header_key(path)
+        return any(f'#include "{key}"' in l for ls in added.values() for l in ls)
+    if path.endswith("/meson.build"):
+        parent, sub = os.path.split(d)
+        return any(f"subdir('{sub}')" in l
+                   for l in added.get(os.path.join(parent, "meson.build"), []))
+    if path.endswith(".json"):
+        return any(f"'{base}'" in l for f, ls in added.items()
+                   if f.startswith("qapi/") for l in ls)
+    if path.endswith(".c"):
+        return any(f"'{base}'" in l for l in added.get(os.path.join(d, "meson.build"), []))
+    return False
+
+
+def tests_with(subjects):
+    """patches/tests-with: 'test-name: subject of the patch that brings it'"""
+    path = os.path.join(PATCHES, "tests-with")
+    want = {}
+    if not os.path.exists(path):
+        return want
+    for n, line in enumerate(read(path).splitlines(), 1):
+        line = line.split("#")[0].strip()
+        if not line:
+            continue
+        test, _, subject = line.partition(":")
+        subject = " ".join(subject.split())
+        if subject not in subjects:
+            sys.exit(f"patches/tests-with:{n}: no patch is called '{subject}'")
+        want[test.strip()] = subjects.index(subject)
+    return want
+
+
+ENTRY_RE = r"[ \t]*'%s':\s*(?:files\([^)]*\)|\[[^\]]*\])\s*,?[ \t]*\n?"
+
+
+def entry_files(meson, test):
+    """Overlay files that @test's entry in the tests' @meson names"""
+    m = re.search(ENTRY_RE % re.escape(test), read(os.path.join(ROOT, meson)))
+    if not m:
+        return []
+    d = os.path.dirname(meson)
+    return [os.path.normpath(os.path.join(d, f)) for f in re.findall(r"'([^']+)'", m.group(0))[1:]]
+
+
+def cut_meson(path, keep):
+    """@path with the entries of tests not in @keep taken out"""
+    text = read(path)
+    for name in re.findall(r"'((?:vblk-|test-vblk-)[\w-]+)':", text):
+        if name not in keep:
+            text = re.sub(ENTRY_RE % re.escape(name), "", text)
+    return text
+
+
+def main():
+    names = series()
+    texts = [read(os.path.join(PATCHES, p)) for p in names]
+    subjects = [patch_subject(t) for t in texts]
+    added = [added_lines(t) for t in texts]
+    files = overlay_files()
+    last = len(names) - 1
+    need = {}
+    for f in files:
+        if TEST_RE.match(f):
+            continue
+        need[f] = next((i for i in range(len(names)) if referenced_by(f, added[i])), None)
+    # Tests come with their patch, or with their directory's meson.build
+    wanted = tests_with(subjects)
+    for f in files:
+        m = TEST_RE.match(f)
+        if m:
+            name = os.path.basename(m.group(1))
+            meson = os.path.join(os.path.dirname(f), "vblk", "meson.build")
+            need[f] = max(wanted.get(name, last), need.get(meson) or 0)
+            # what its entry in the tests' meson.build names comes with it
+            for dep in entry_files(meson, name):
+                if dep in need and (need[dep] is None or need[dep] > need[f]):
+                    need[dep] = need[f]
+    # A file's headers come no later than the file
+    changed = True
+    while changed:
+        changed = False
+        for f in files:
+            if need[f] is None:
+                continue
+            for inc in includes(f):
+                for h in files:
+                    named = header_key(h) == inc or \
+                        os.path.join(os.path.dirname(f), inc) == h
+                    if h.endswith(".h") and named and \
+                       (need[h] is None or need[h] > need[f]):
+                        need[h] = need[f]
+                        changed = True
+    for i, p in enumerate(names):
+        mine = [f for f in files if (need[f] if need[f] is not None else last) == i]
+        print("\t".join([p] + mine))
+        tests = sorted(os.path.basename(TEST_RE.match(f).group(1)) for f in files
+                       if TEST_RE.match(f) and need[f] is not None and need[f] <= i)
+        print("\t".join(["tests"] + tests))
+    late = [f for f in files if need[f] is None]
+    if late:
+        print("# with the last patch, asked for by none: " + " ".join(late), file=sys.stderr)
+
+
+if sys.argv[1] == "--meson":
+    sys.stdout.write(cut_meson(sys.argv[2], set(sys.argv[3:])))
+else:
+    main()
