@@ -16,6 +16,8 @@
  *    would stall it: the test fails after a timeout instead of hanging);
  *  - a pool freed while objects are out leaves them be, and the releases
  *    that come later neither crash nor call the wake of the freed pool.
+ * And one single-threaded case of the scratch list a chain is mapped into
+ * (virtqueue-sg.c, linked in here for the pools' element layout).
  * Run under ThreadSanitizer (scripts/build tsan), the same tests check
  * that the lock-free paths have no data race.
  */
@@ -27,6 +29,7 @@
 #include "qemu/main-loop.h"
 #include "hw/virtio/virtio.h"
 #include "hw/virtio/virtqueue-pool.h"
+#include "hw/virtio/virtqueue-sg.h"
 
 #define STALL_MS 10000
 
@@ -390,6 +393,35 @@ static void test_free_with_objects_out(void)
     }
 }
 
+/*
+ * The scratch list virtqueue_pop() maps a chain into: every chain that a
+ * queue of up to 1024 entries can carry stays in it, on the stack; only
+ * longer ones, which larger queues allow, move to the heap, with what was
+ * mapped so far; above the queue's limit it refuses.
+ */
+static void test_sg_inline(void)
+{
+    VirtQueueSg QEMU_UNINITIALIZED sg;
+    unsigned i;
+
+    virtqueue_sg_init(&sg, 4 * VIRTQUEUE_MAX_SIZE);
+    g_assert_true(virtqueue_sg_reserve(&sg, VIRTQUEUE_MAX_SIZE));
+    g_assert_true(sg.iov == sg.inline_iov && sg.addr == sg.inline_addr);
+    for (i = 0; i < VIRTQUEUE_MAX_SIZE; i++) {
+        sg.addr[i] = i;
+        sg.iov[i] = (struct iovec) { .iov_base = NULL, .iov_len = i };
+    }
+    g_assert_true(virtqueue_sg_reserve(&sg, VIRTQUEUE_MAX_SIZE + 1));
+    g_assert_true(sg.iov != sg.inline_iov && sg.addr != sg.inline_addr);
+    for (i = 0; i < VIRTQUEUE_MAX_SIZE; i++) {
+        g_assert_cmpuint(sg.addr[i], ==, i);
+        g_assert_cmpuint(sg.iov[i].iov_len, ==, i);
+    }
+    g_assert_true(virtqueue_sg_reserve(&sg, 4 * VIRTQUEUE_MAX_SIZE));
+    g_assert_false(virtqueue_sg_reserve(&sg, 4 * VIRTQUEUE_MAX_SIZE + 1));
+    virtqueue_sg_destroy(&sg);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -403,5 +435,6 @@ int main(int argc, char **argv)
     g_test_add_func("/virtqueue-pool/group-turns", test_group_turns);
     g_test_add_func("/virtqueue-pool/free-with-objects-out",
                     test_free_with_objects_out);
+    g_test_add_func("/virtqueue-sg/inline", test_sg_inline);
     return g_test_run();
 }

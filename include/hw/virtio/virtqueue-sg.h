@@ -11,8 +11,14 @@
 
 #include "hw/virtio/virtio.h"
 
-/* Entries mapped without touching the heap; longer chains grow. */
-#define VIRTQUEUE_SG_INLINE 64
+/*
+ * Entries mapped without touching the heap: as many as the stack arrays
+ * this replaces held, the longest chain of any queue of up to 1024
+ * entries.  Only the longer chains of larger queues grow on the heap.
+ * Declare it QEMU_UNINITIALIZED: 24 KiB zeroed on every pop would cost
+ * more than the pop.
+ */
+#define VIRTQUEUE_SG_INLINE VIRTQUEUE_MAX_SIZE
 
 /*
  * The guest-physical address and host mapping of each piece of a chain
