@@ -8,6 +8,37 @@
  * every ring registers the chunks itself.  Each ring follows the registry
  * in its own thread: a generation number, checked before each lookup,
  * tells it to re-sync.  Removing RAM syncs every ring before it returns.
+ *
+ * Threads.  Three kinds of thread come here:
+ *  - the main loop thread, with the BQL held, changes the registry
+ *    (uring_fixed_register() and uring_fixed_unregister(), for the block
+ *    RAM registrar of each device) and reads it for the monitor;
+ *  - each AioContext's own thread looks chunks up for its requests and
+ *    keeps its ring's kernel buffer table in step with the registry; it
+ *    is the only thread that submits to that ring, changes its table, or
+ *    writes the fields of its UringFixedRing;
+ *  - any thread may add to or read the counters (Stat64).
+ *
+ * reg.lock protects the registry (ranges, slots, table, the pin ring's
+ * kernel table, the list of rings) and each ring's fields as the monitor
+ * reads them: a ring's thread reads its own fields without the lock (it
+ * is their only writer) but writes them under it.  The lock is never held
+ * while a ring pins memory of its own (that faults guest RAM in and can
+ * take a tenth of a second per GiB).  Pinning into the pin ring does
+ * hold it, in the main loop thread; a ring waits for that only if it is
+ * created or syncs meanwhile, since the new generation is published at
+ * the end.
+ *
+ * Lookups take no lock and no reference: a ring looks in its own table,
+ * an immutable snapshot (UringChunkTable) that it holds until its next
+ * sync.  reg.generation is stored with release semantics after reg.table
+ * is set, and each ring loads it with acquire semantics before each
+ * lookup; when it differs from the ring's, the ring syncs first.
+ *
+ * Memory that enters the registry is picked up lazily, at each ring's
+ * next request.  Memory that leaves it must be unpinned by every ring
+ * before it is unmapped, so uring_fixed_unregister() has every ring's
+ * thread sync (aio_wait_bh_oneshot()) before it returns.
  */
 
 #include "qemu/osdep.h"
@@ -40,18 +71,24 @@ struct uring_clone_buffers {
     uint32_t pad[3];
 };
 
+/* One range handed to uring_fixed_register(), and its chunks; reg.lock */
 typedef struct UringRange {
     uintptr_t start;
     size_t len;
-    unsigned refs;
+    unsigned refs;          /* registrations of the same range */
     unsigned nr_chunks;
     UringChunk *chunks;
 } UringRange;
 
+/*
+ * An AioContext's view of the registry.  Written by the AioContext's
+ * thread only, under reg.lock (see the top of the file); the counters by
+ * any thread.
+ */
 struct UringFixedRing {
     AioContext *ctx;
     UringChunkTable *table;     /* what this ring's kernel table holds */
-    uint64_t generation;
+    uint64_t generation;        /* of @table; atomic, for the monitor */
     bool own_table;             /* registered its own sparse table */
     bool cloned;
     char *disabled_reason;
@@ -62,6 +99,11 @@ struct UringFixedRing {
     QLIST_ENTRY(UringFixedRing) next;
 };
 
+/*
+ * The registry.  What the kernel can do is probed once, under the lock,
+ * at the first registration, and only read after that (can_vectored by
+ * every ring, hence atomically).
+ */
 static struct {
     QemuMutex lock;
     bool probed;
