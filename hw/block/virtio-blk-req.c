@@ -144,7 +144,11 @@ bool virtio_blk_req_may_pop(VirtIOBlock *s, VirtQueue *vq)
 
 VirtIOBlockReq *virtio_blk_req_pop(VirtIOBlock *s, VirtQueue *vq)
 {
-    if (!virtio_blk_req_may_pop(s, vq)) {
+    /*
+     * An empty ring is not asked for room: refused, the queue would wait
+     * for a turn, and spend it on nothing when woken.
+     */
+    if (virtio_queue_empty(vq) || !virtio_blk_req_may_pop(s, vq)) {
         return NULL;
     }
     return virtqueue_pop_alloc(vq, sizeof(VirtIOBlockReq),

@@ -188,7 +188,10 @@ static unsigned int pool_limit(VirtQueuePool *pool)
  * about to take is not handed out again.  So that a waiting pool is never
  * stuck behind queues that keep the room just under a batch, or behind a
  * woken pool that never runs, the head is also woken once a bound's worth
- * of requests were given back since the last wake-up (@passed).  A pool
+ * of requests were given back since the last wake-up (@passed), and
+ * whenever the group has nothing out: a pool woken may run and take
+ * nothing (its ring was empty after all), and if every request came back
+ * before it ran, no later release would hand the room on.  A pool
  * refused for its own limit is woken by its own completions instead
  * (pool_maybe_wake()).
  *
@@ -372,13 +375,14 @@ static void group_maybe_wake(VirtQueuePoolGroup *group)
         group_wake(group, UINT_MAX);
         return;
     }
-    stuck = qatomic_fetch_inc(&group->passed) >= max;
+    in_flight = qatomic_read(&group->in_flight);
+    /* With nothing out, no release is left to come and wake anyone */
+    stuck = qatomic_fetch_inc(&group->passed) >= max || !in_flight;
     if (stuck) {
         qatomic_set(&group->woken_pending, 0);
     } else if (qatomic_read(&group->woken_pending)) {
         return;     /* the room is theirs until they run */
     }
-    in_flight = qatomic_read(&group->in_flight);
     room = in_flight < max ? max - in_flight : 0;
     if (room >= MAX(max / 8, 1)) {
         unsigned int grant = MAX(qatomic_read(&group->share),

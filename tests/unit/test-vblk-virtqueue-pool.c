@@ -349,15 +349,67 @@ static void test_group_turns(void)
     /* A ran: the room goes to D, B, C, which queued in that order */
     give_back(&out[0], 1);
     g_assert_cmpstr(wake_order->str, ==, "BCAD");
+    /* All but one back, D yet to run: the room is still D's */
     for (i = 0; i < NPOOLS; i++) {
-        give_back(&out[i], g_queue_get_length(&out[i]));
+        give_back(&out[i], g_queue_get_length(&out[i]) - (i == 1));
     }
+    g_assert_cmpstr(wake_order->str, ==, "BCAD");
     /* The bound lifted: whoever still waits is woken */
     virtqueue_pool_group_set_limit(group, 0);
     g_assert_cmpstr(wake_order->str, ==, "BCADBC");
+    give_back(&out[1], 1);
     for (i = 0; i < NPOOLS; i++) {
         virtqueue_pool_free(pools[i]);
     }
+    virtqueue_pool_group_free(group);
+    g_string_free(wake_order, true);
+}
+
+/*
+ * A pool woken for its turn may take nothing when it runs: its ring was
+ * empty after all (the guest took its requests back, or reset the
+ * queue).  B is woken first and A queues behind it; every request then
+ * comes back before B runs, so no release after B's run is left to hand
+ * the room on.  The group must not wait for one: once it has nothing out,
+ * A is woken, or A's queue would stall for good.
+ */
+static void test_group_woken_takes_nothing(void)
+{
+    enum { BOUND = 16 };
+    VirtQueuePoolGroup *group = virtqueue_pool_group_new();
+    VirtQueuePool *a, *b;
+    GQueue out_a = G_QUEUE_INIT, out_b = G_QUEUE_INIT;
+
+    wake_order = g_string_new("");
+    a = virtqueue_pool_new(sizeof(VirtQueueElement), 8, 0);
+    b = virtqueue_pool_new(sizeof(VirtQueueElement), 8, 0);
+    virtqueue_pool_limit_in_flight(a, 64, order_wake, GUINT_TO_POINTER(0));
+    virtqueue_pool_limit_in_flight(b, 64, order_wake, GUINT_TO_POINTER(1));
+    virtqueue_pool_join(a, group);
+    virtqueue_pool_join(b, group);
+    virtqueue_pool_group_set_limit(group, BOUND);
+
+    /* A past its part to the bound, B its part of 8: 20 out of 16 */
+    take(a, &out_a, 12);
+    take(b, &out_b, 8);
+    g_assert_false(virtqueue_pool_may_take(b));
+    g_assert_false(virtqueue_pool_may_take(a));
+
+    /* A batch of room: B's turn, and the room is B's until it runs */
+    give_back(&out_a, 6);
+    g_assert_cmpstr(wake_order->str, ==, "B");
+    give_back(&out_a, 6);
+    give_back(&out_b, 8);
+    /* Nothing out: A must not wait for B to run */
+    g_assert_cmpstr(wake_order->str, ==, "BA");
+
+    /* B runs and finds nothing to take; A takes the whole bound */
+    g_assert_true(virtqueue_pool_may_take(b));
+    take(a, &out_a, BOUND);
+    give_back(&out_a, BOUND);
+
+    virtqueue_pool_free(a);
+    virtqueue_pool_free(b);
     virtqueue_pool_group_free(group);
     g_string_free(wake_order, true);
 }
@@ -433,6 +485,8 @@ int main(int argc, char **argv)
     g_test_add_func("/virtqueue-pool/group-parts-of-one",
                     test_group_parts_of_one);
     g_test_add_func("/virtqueue-pool/group-turns", test_group_turns);
+    g_test_add_func("/virtqueue-pool/group-woken-takes-nothing",
+                    test_group_woken_takes_nothing);
     g_test_add_func("/virtqueue-pool/free-with-objects-out",
                     test_free_with_objects_out);
     g_test_add_func("/virtqueue-sg/inline", test_sg_inline);
