@@ -111,6 +111,7 @@ static struct {
     bool can_vectored;
     bool coalesces;
     struct io_uring pin_ring;   /* valid when can_clone */
+    bool pin_table;             /* the pin ring has a buffer table */
     GArray *ranges;             /* of UringRange */
     unsigned long *slots;       /* slots in use */
     UringChunkTable *table;
@@ -163,35 +164,35 @@ static int clone_table(int dst_fd, int src_fd)
     return io_uring_register(dst_fd, URING_REGISTER_CLONE_BUFFERS, &arg, 1);
 }
 
-/* Can a ring clone the pin ring's table?  Try it on a scratch ring. */
+/* Can a ring clone another's table?  Try it on a pair of scratch rings. */
 static bool probe_clone(void)
 {
-    struct io_uring scratch;
-    int ret;
+    struct io_uring src, dst;
+    int ret = -1;
 
     if (getenv("QEMU_IO_URING_FIXED_NO_CLONE")) {
         return false;   /* to exercise the per-ring path */
     }
-    if (io_uring_queue_init(1, &scratch, 0) < 0) {
+    if (io_uring_queue_init(1, &src, 0) < 0) {
         return false;
     }
-    ret = clone_table(scratch.ring_fd, reg.pin_ring.ring_fd);
-    io_uring_queue_exit(&scratch);
+    if (io_uring_queue_init(1, &dst, 0) == 0) {
+        if (io_uring_register_buffers_sparse(&src, 1) == 0) {
+            ret = clone_table(dst.ring_fd, src.ring_fd);
+        }
+        io_uring_queue_exit(&dst);
+    }
+    io_uring_queue_exit(&src);
     return ret >= 0;
 }
 
-/* The ring that pins guest RAM once for all rings to clone, if possible */
+/*
+ * The ring that pins guest RAM once for all rings to clone, if possible.
+ * Its table is registered with the first RAM (pin_table_whole()).
+ */
 static bool setup_pin_ring(void)
 {
-    if (io_uring_queue_init(1, &reg.pin_ring, 0) < 0) {
-        return false;
-    }
-    if (io_uring_register_buffers_sparse(&reg.pin_ring, URING_SLOTS_MAX) < 0 ||
-        !probe_clone()) {
-        io_uring_queue_exit(&reg.pin_ring);
-        return false;
-    }
-    return true;
+    return probe_clone() && io_uring_queue_init(1, &reg.pin_ring, 0) == 0;
 }
 
 static void probe_locked(void)
@@ -401,10 +402,10 @@ static UringRange *find_range_locked(uintptr_t start, size_t len, unsigned *idx)
     return NULL;
 }
 
+/* Give @c a slot of every ring's table, if one is left */
 static void add_chunk_locked(UringChunk *c, size_t page_size)
 {
     long slot = find_first_zero_bit(reg.slots, URING_SLOTS_MAX);
-    int ret;
 
     c->page_size = page_size;
     if (slot >= URING_SLOTS_MAX) {
@@ -416,15 +417,133 @@ static void add_chunk_locked(UringChunk *c, size_t page_size)
     }
     set_bit(slot, reg.slots);
     c->slot = slot;
-    if (!reg.can_clone) {
-        c->pinned = true;   /* every ring pins it for itself */
+}
+
+/*
+ * Every chunk of @t, or of the registry when @t is NULL, at the index of
+ * its slot; NULL where a slot is free (a sparse entry, which the kernel
+ * accepts in a table registered whole)
+ */
+static struct iovec *slot_iovecs(const UringChunkTable *t)
+{
+    struct iovec *iov = g_new0(struct iovec, URING_SLOTS_MAX);
+    unsigned i, j;
+
+    for (i = 0; t && i < t->nr; i++) {
+        const UringChunk *c = &t->chunks[i];
+
+        if (c->slot < URING_SLOTS_MAX) {
+            iov[c->slot] = (struct iovec) { (void *)c->start, c->len };
+        }
+    }
+    for (i = 0; !t && i < reg.ranges->len; i++) {
+        UringRange *r = &g_array_index(reg.ranges, UringRange, i);
+
+        for (j = 0; j < r->nr_chunks; j++) {
+            const UringChunk *c = &r->chunks[j];
+
+            if (c->slot < URING_SLOTS_MAX) {
+                iov[c->slot] = (struct iovec) { (void *)c->start, c->len };
+            }
+        }
+    }
+    return iov;
+}
+
+/*
+ * Register @ring's whole table in one call, from @iov (URING_SLOTS_MAX
+ * entries).  Cheaper than slot by slot: for each hugepage it pins, the
+ * kernel looks whether a buffer already in the table holds it, and a
+ * table registered whole holds nothing yet.  Chunk by chunk, that look
+ * goes through every slot and every hugepage registered before, and
+ * costs more as guest RAM grows: 11 ms per GiB for 4 GiB of prefaulted
+ * 2 MiB pages, 31 ms for 16 GiB, against 1.7-2.3 ms in one call.
+ */
+static int register_whole_table(struct io_uring *ring, struct iovec *iov)
+{
+    int ret = io_uring_register_buffers(ring, iov, URING_SLOTS_MAX);
+
+    trace_uring_fixed_register_table(ring->ring_fd, URING_SLOTS_MAX, ret);
+    return ret < 0 ? ret : 0;
+}
+
+/* Whether any chunk of the registry is pinned in the pin ring */
+static bool pin_ring_holds_any_locked(void)
+{
+    unsigned i, j;
+
+    for (i = 0; i < reg.ranges->len; i++) {
+        UringRange *r = &g_array_index(reg.ranges, UringRange, i);
+
+        for (j = 0; j < r->nr_chunks; j++) {
+            if (r->chunks[j].pinned) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+/*
+ * The pin ring holds nothing: register its table anew, whole, with every
+ * chunk of the registry.  The rings' clones of the old table stay valid
+ * until they clone again.  On failure the pin ring is left with no table.
+ */
+static int pin_table_whole_locked(void)
+{
+    g_autofree struct iovec *iov = slot_iovecs(NULL);
+    unsigned i, j;
+    int ret;
+
+    if (reg.pin_table) {
+        io_uring_unregister_buffers(&reg.pin_ring);
+        reg.pin_table = false;
+    }
+    ret = register_whole_table(&reg.pin_ring, iov);
+    if (ret < 0) {
+        return ret;
+    }
+    reg.pin_table = true;
+    for (i = 0; i < reg.ranges->len; i++) {
+        UringRange *r = &g_array_index(reg.ranges, UringRange, i);
+
+        for (j = 0; j < r->nr_chunks; j++) {
+            r->chunks[j].pinned = r->chunks[j].slot < URING_SLOTS_MAX;
+        }
+    }
+    return 0;
+}
+
+/* Pin the chunks of @r, just added to the registry, into the pin ring */
+static void pin_range_locked(UringRange *r)
+{
+    unsigned i;
+    int ret;
+
+    if (!pin_ring_holds_any_locked() && pin_table_whole_locked() == 0) {
         return;
     }
-    ret = update_slot(&reg.pin_ring, c, slot);
-    if (ret < 0) {
-        report_refusal(ret, c);
+    /* Refused whole (RLIMIT_MEMLOCK?), or RAM added: slot by slot */
+    if (!reg.pin_table) {
+        ret = io_uring_register_buffers_sparse(&reg.pin_ring, URING_SLOTS_MAX);
+        if (ret < 0) {
+            report_refusal(ret, &r->chunks[0]);
+            return;
+        }
+        reg.pin_table = true;
     }
-    c->pinned = ret == 0;
+    for (i = 0; i < r->nr_chunks; i++) {
+        UringChunk *c = &r->chunks[i];
+
+        if (c->slot >= URING_SLOTS_MAX) {
+            continue;
+        }
+        ret = update_slot(&reg.pin_ring, c, c->slot);
+        if (ret < 0) {
+            report_refusal(ret, c);
+        }
+        c->pinned = ret == 0;
+    }
 }
 
 void uring_fixed_register(void *host, size_t size)
@@ -452,8 +571,15 @@ void uring_fixed_register(void *host, size_t size)
     uring_chunk_split(r.start, r.len, r.chunks, r.nr_chunks);
     for (i = 0; i < r.nr_chunks; i++) {
         add_chunk_locked(&r.chunks[i], page_size);
+        /* Without cloning, every ring pins it for itself */
+        r.chunks[i].pinned = !reg.can_clone &&
+                             r.chunks[i].slot < URING_SLOTS_MAX;
     }
     g_array_append_val(reg.ranges, r);
+    if (reg.can_clone) {
+        pin_range_locked(&g_array_index(reg.ranges, UringRange,
+                                        reg.ranges->len - 1));
+    }
     trace_uring_fixed_register(host, size, r.nr_chunks, page_size);
     publish_locked();
 }
@@ -624,11 +750,20 @@ static int ring_update_own(struct UringFixedRing *ring,
     int ret;
 
     if (!ring->own_table) {
+        g_autofree struct iovec *iov = slot_iovecs(new);
+
+        if (register_whole_table(uring, iov) == 0) {
+            ring->own_table = true;
+            bitmap_zero(refused, URING_SLOTS_MAX);
+            return 0;
+        }
+        /* Some chunk refused: slot by slot, to find which */
         ret = io_uring_register_buffers_sparse(uring, URING_SLOTS_MAX);
         if (ret < 0) {
             return ret;
         }
         ring->own_table = true;
+        old = NULL;
     }
     for (i = 0; old && i < old->nr; i++) {
         const UringChunk *c = &old->chunks[i];
