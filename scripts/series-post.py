@@ -28,6 +28,7 @@ A new file enters with the first patch that needs it:
 
 import os
 import re
+import subprocess
 import sys
 
 ROOT, PATCHES = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ""
@@ -63,14 +64,12 @@ def added_lines(text):
 
 
 def overlay_files():
-    out = []
-    for d in OVERLAY_DIRS:
-        for base, _, names in os.walk(os.path.join(ROOT, d)):
-            for n in names:
-                rel = os.path.relpath(os.path.join(base, n), ROOT)
-                if not rel.startswith("docs/bench"):
-                    out.append(rel)
-    return sorted(out)
+    """The overlay's files as qemu-tree links them: tracked or new, not
+    ignored (editor backups and build droppings stay out)"""
+    out = subprocess.run(["git", "-C", ROOT, "ls-files", "-co", "--exclude-standard", "--"]
+                         + OVERLAY_DIRS, check=True, capture_output=True,
+                         text=True).stdout.splitlines()
+    return sorted(f for f in out if not f.startswith("docs/bench"))
 
 
 def includes(path):
