@@ -188,7 +188,7 @@ static bool probe_clone(void)
 
 /*
  * The ring that pins guest RAM once for all rings to clone, if possible.
- * Its table is registered with the first RAM (pin_table_whole()).
+ * Its table is registered with the first RAM (pin_table_whole_locked()).
  */
 static bool setup_pin_ring(void)
 {
@@ -424,28 +424,32 @@ static void add_chunk_locked(UringChunk *c, size_t page_size)
  * its slot; NULL where a slot is free (a sparse entry, which the kernel
  * accepts in a table registered whole)
  */
+static void put_slot_iovecs(struct iovec *iov, const UringChunk *chunks,
+                            unsigned nr)
+{
+    unsigned i;
+
+    for (i = 0; i < nr; i++) {
+        if (chunks[i].slot < URING_SLOTS_MAX) {
+            iov[chunks[i].slot] = (struct iovec) {
+                (void *)chunks[i].start, chunks[i].len
+            };
+        }
+    }
+}
+
 static struct iovec *slot_iovecs(const UringChunkTable *t)
 {
     struct iovec *iov = g_new0(struct iovec, URING_SLOTS_MAX);
-    unsigned i, j;
+    unsigned i;
 
-    for (i = 0; t && i < t->nr; i++) {
-        const UringChunk *c = &t->chunks[i];
-
-        if (c->slot < URING_SLOTS_MAX) {
-            iov[c->slot] = (struct iovec) { (void *)c->start, c->len };
-        }
+    if (t) {
+        put_slot_iovecs(iov, t->chunks, t->nr);
     }
     for (i = 0; !t && i < reg.ranges->len; i++) {
         UringRange *r = &g_array_index(reg.ranges, UringRange, i);
 
-        for (j = 0; j < r->nr_chunks; j++) {
-            const UringChunk *c = &r->chunks[j];
-
-            if (c->slot < URING_SLOTS_MAX) {
-                iov[c->slot] = (struct iovec) { (void *)c->start, c->len };
-            }
-        }
+        put_slot_iovecs(iov, r->chunks, r->nr_chunks);
     }
     return iov;
 }
