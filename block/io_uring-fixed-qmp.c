@@ -84,7 +84,6 @@ IoUringBuffersInfo *qmp_x_query_io_uring_buffers(Error **errp)
 
     info->clone_buffers = uring_fixed_can_clone();
     info->vectored_fixed = uring_fixed_can_vectored();
-    info->kernel_coalesces = uring_fixed_kernel_coalesces();
 
     for (i = 0; t && i < t->nr; i++) {
         const UringChunk *c = &t->chunks[i];
@@ -97,8 +96,9 @@ IoUringBuffersInfo *qmp_x_query_io_uring_buffers(Error **errp)
         chunk->ram_block = g_strdup(rb ? qemu_ram_get_idstr(rb) : "");
         chunk->offset = offset;
         chunk->size = c->len;
-        chunk->page_size = c->page_size;
-        chunk->bvecs = uring_chunk_bvecs(c, info->kernel_coalesces);
+        /* The RAM block knows its page size: a hugepage on hugetlbfs */
+        chunk->page_size = rb ? qemu_ram_pagesize(rb)
+                              : qemu_real_host_page_size();
         chunk->slot = c->slot;
         chunk->pinned = c->pinned;
         QAPI_LIST_APPEND(chunk_tail, chunk);
@@ -128,19 +128,16 @@ void hmp_info_io_uring_buffers(Monitor *mon, const QDict *qdict)
     IoUringRingInfoList *r;
 
     monitor_printf(mon, "registered %" PRIu64 " bytes, pinned %" PRIu64
-                   " bytes (%s; vectored fixed ops: %s; hugepage "
-                   "coalescing: %s)\n",
+                   " bytes (%s; vectored fixed ops: %s)\n",
                    info->registered_bytes, info->pinned_bytes,
                    info->clone_buffers ? "pinned once, cloned into rings" :
                    "pinned by each ring",
-                   info->vectored_fixed ? "yes" : "no",
-                   info->kernel_coalesces ? "yes" : "no");
+                   info->vectored_fixed ? "yes" : "no");
     for (c = info->chunks; c; c = c->next) {
         monitor_printf(mon, "  chunk %u: %s +0x%" PRIx64 " size %" PRIu64
-                       " page %" PRIu64 " bvecs %" PRIu64 "%s\n",
+                       " page %" PRIu64 "%s\n",
                        c->value->slot, c->value->ram_block, c->value->offset,
-                       c->value->size,
-                       c->value->page_size, c->value->bvecs,
+                       c->value->size, c->value->page_size,
                        c->value->pinned ? "" : " (not pinned)");
     }
     for (r = info->rings; r; r = r->next) {

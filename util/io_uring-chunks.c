@@ -161,23 +161,3 @@ const UringChunk *uring_chunk_prefix(const UringChunkTable *t,
     *bytes = held;
     return held ? c : NULL;
 }
-
-/*
- * How many bio_vecs the kernel builds for the chunk: one per page, where
- * since Linux 6.12 a page may be a whole hugepage.
- */
-uint64_t uring_chunk_bvecs(const UringChunk *c, bool kernel_coalesces)
-{
-    uint64_t page = 4096;
-    uint64_t first, end;
-
-    if (kernel_coalesces && c->page_size > page) {
-        page = c->page_size;
-    }
-    if (c->len == 0) {
-        return 0;
-    }
-    first = QEMU_ALIGN_DOWN((uint64_t)c->start, page);
-    end = QEMU_ALIGN_UP((uint64_t)c->start + c->len, page);
-    return (end - first) / page;
-}

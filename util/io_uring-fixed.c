@@ -43,9 +43,7 @@
 
 #include "qemu/osdep.h"
 #include <liburing.h>
-#include <sys/ioctl.h>
 #include <sys/resource.h>
-#include <sys/utsname.h>
 #include "qemu/bitmap.h"
 #include "qemu/error-report.h"
 #include "qemu/iov.h"
@@ -89,10 +87,13 @@ struct UringFixedRing {
     AioContext *ctx;
     UringChunkTable *table;     /* what this ring's kernel table holds */
     uint64_t generation;        /* of @table; atomic, for the monitor */
-    bool own_table;             /* registered its own sparse table */
     bool cloned;
     char *disabled_reason;
-    unsigned long *refused;     /* own table: slots the kernel refused */
+    /*
+     * Without cloning, the slots of the ring's own table that the kernel
+     * refused; NULL until the ring has a table of its own
+     */
+    unsigned long *refused;
     Stat64 fixed_reads;
     Stat64 fixed_writes;
     Stat64 fallbacks[URING_FALLBACK__MAX];
@@ -109,7 +110,6 @@ static struct {
     bool probed;
     bool can_clone;
     bool can_vectored;
-    bool coalesces;
     struct io_uring pin_ring;   /* valid when can_clone */
     bool pin_table;             /* the pin ring has a buffer table */
     GArray *ranges;             /* of UringRange */
@@ -128,17 +128,6 @@ static void __attribute__((__constructor__)) uring_fixed_init(void)
 }
 
 /* --- kernel capabilities ---------------------------------------------- */
-
-static bool kernel_at_least(int want_major, int want_minor)
-{
-    struct utsname u;
-    int major, minor;
-
-    if (uname(&u) < 0 || sscanf(u.release, "%d.%d", &major, &minor) != 2) {
-        return false;
-    }
-    return major > want_major || (major == want_major && minor >= want_minor);
-}
 
 static bool probe_vectored_fixed(void)
 {
@@ -201,11 +190,10 @@ static void probe_locked(void)
         return;
     }
     reg.probed = true;
-    reg.coalesces = kernel_at_least(6, 12);
     qatomic_set(&reg.can_vectored, probe_vectored_fixed());
 
     reg.can_clone = setup_pin_ring();
-    trace_uring_fixed_probe(reg.coalesces, reg.can_vectored, reg.can_clone);
+    trace_uring_fixed_probe(reg.can_vectored, reg.can_clone);
 }
 
 bool uring_fixed_can_clone(void)
@@ -218,87 +206,7 @@ bool uring_fixed_can_vectored(void)
     return qatomic_read(&reg.can_vectored);
 }
 
-bool uring_fixed_kernel_coalesces(void)
-{
-    return reg.coalesces;
-}
-
 /* --- registry --------------------------------------------------------- */
-
-/*
- * PROCMAP_QUERY (Linux 6.11): one mapping's properties by ioctl on
- * /proc/self/maps, without the page table walk of every mapping that
- * reading /proc/self/smaps costs (a second or more per GiB of populated
- * 4 KiB pages).  Defined here for older uapi headers.
- */
-struct uring_procmap_query {
-    uint64_t size;
-    uint64_t query_flags;
-    uint64_t query_addr;
-    uint64_t vma_start;
-    uint64_t vma_end;
-    uint64_t vma_flags;
-    uint64_t vma_page_size;
-    uint64_t vma_offset;
-    uint64_t inode;
-    uint32_t dev_major;
-    uint32_t dev_minor;
-    uint32_t vma_name_size;
-    uint32_t build_id_size;
-    uint64_t vma_name_addr;
-    uint64_t build_id_addr;
-};
-#define URING_PROCMAP_QUERY _IOWR('f', 17, struct uring_procmap_query)
-
-/* The page size of the mapping at @addr, by PROCMAP_QUERY; 0 if unknown */
-static size_t host_page_size_query(uintptr_t addr)
-{
-    struct uring_procmap_query q = {
-        .size = sizeof(q),
-        .query_addr = addr,
-    };
-    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-    int ret;
-
-    if (fd < 0) {
-        return 0;
-    }
-    ret = ioctl(fd, URING_PROCMAP_QUERY, &q);
-    close(fd);
-    return ret == 0 && addr >= q.vma_start ? q.vma_page_size : 0;
-}
-
-/* The page size of the mapping at @addr, from /proc/self/smaps */
-static size_t host_page_size(uintptr_t addr)
-{
-    g_autofree char *smaps = NULL;
-    g_auto(GStrv) lines = NULL;
-    bool in_vma = false;
-    unsigned long kib;
-    size_t size = host_page_size_query(addr);
-    int i;
-
-    if (size) {
-        return size;
-    }
-    if (!g_file_get_contents("/proc/self/smaps", &smaps, NULL, NULL)) {
-        return qemu_real_host_page_size();
-    }
-    lines = g_strsplit(smaps, "\n", -1);
-    for (i = 0; lines[i]; i++) {
-        uint64_t start, end;
-        char sep;
-
-        if (sscanf(lines[i], "%" SCNx64 "-%" SCNx64 "%c",
-                   &start, &end, &sep) == 3 && sep == ' ') {
-            in_vma = addr >= start && addr < end;
-        } else if (in_vma &&
-                   sscanf(lines[i], "KernelPageSize: %lu kB", &kib) == 1) {
-            return kib * 1024;
-        }
-    }
-    return qemu_real_host_page_size();
-}
 
 static void report_refusal(int err, const UringChunk *c)
 {
@@ -403,11 +311,10 @@ static UringRange *find_range_locked(uintptr_t start, size_t len, unsigned *idx)
 }
 
 /* Give @c a slot of every ring's table, if one is left */
-static void add_chunk_locked(UringChunk *c, size_t page_size)
+static void add_chunk_locked(UringChunk *c)
 {
     long slot = find_first_zero_bit(reg.slots, URING_SLOTS_MAX);
 
-    c->page_size = page_size;
     if (slot >= URING_SLOTS_MAX) {
         warn_report_once("io_uring fixed buffers: more than %d chunks of "
                          "guest RAM; the rest goes without fixed buffers",
@@ -558,7 +465,6 @@ void uring_fixed_register(void *host, size_t size)
         .refs = 1,
     };
     UringRange *old;
-    size_t page_size;
     unsigned i;
 
     QEMU_LOCK_GUARD(&reg.lock);
@@ -569,12 +475,11 @@ void uring_fixed_register(void *host, size_t size)
         return;
     }
 
-    page_size = host_page_size(r.start);
     r.nr_chunks = uring_chunk_count(r.start, r.len);
     r.chunks = g_new0(UringChunk, r.nr_chunks);
     uring_chunk_split(r.start, r.len, r.chunks, r.nr_chunks);
     for (i = 0; i < r.nr_chunks; i++) {
-        add_chunk_locked(&r.chunks[i], page_size);
+        add_chunk_locked(&r.chunks[i]);
         /* Without cloning, every ring pins it for itself */
         r.chunks[i].pinned = !reg.can_clone &&
                              r.chunks[i].slot < URING_SLOTS_MAX;
@@ -584,7 +489,7 @@ void uring_fixed_register(void *host, size_t size)
         pin_range_locked(&g_array_index(reg.ranges, UringRange,
                                         reg.ranges->len - 1));
     }
-    trace_uring_fixed_register(host, size, r.nr_chunks, page_size);
+    trace_uring_fixed_register(host, size, r.nr_chunks);
     publish_locked();
 }
 
@@ -753,11 +658,11 @@ static int ring_update_own(struct UringFixedRing *ring,
     unsigned i;
     int ret;
 
-    if (!ring->own_table) {
+    if (!ring->refused) {
+        /* The ring's first table */
         g_autofree struct iovec *iov = slot_iovecs(new);
 
         if (register_whole_table(uring, iov) == 0) {
-            ring->own_table = true;
             bitmap_zero(refused, URING_SLOTS_MAX);
             return 0;
         }
@@ -766,7 +671,6 @@ static int ring_update_own(struct UringFixedRing *ring,
         if (ret < 0) {
             return ret;
         }
-        ring->own_table = true;
         old = NULL;
     }
     for (i = 0; old && i < old->nr; i++) {

@@ -37,7 +37,6 @@ extern const char *const uring_fallback_reason_names[URING_FALLBACK__MAX];
 typedef struct UringChunk {
     uintptr_t start;
     size_t len;
-    size_t page_size;       /* host page size behind it */
     unsigned slot;          /* index in every ring's buffer table */
     bool pinned;            /* the kernel accepted it */
 } UringChunk;
@@ -61,7 +60,6 @@ const UringChunk *uring_chunk_for_iov(const UringChunkTable *t,
 const UringChunk *uring_chunk_prefix(const UringChunkTable *t,
                                      const struct iovec *iov, int niov,
                                      size_t skip, size_t *bytes);
-uint64_t uring_chunk_bvecs(const UringChunk *c, bool kernel_coalesces);
 
 /* Registry, main loop thread with the BQL held */
 void uring_fixed_register(void *host, size_t size);
@@ -124,6 +122,5 @@ void uring_chunk_table_unref(UringChunkTable *t);
 GPtrArray *uring_fixed_ring_stats(void); /* of UringRingStats */
 bool uring_fixed_can_clone(void);
 bool uring_fixed_can_vectored(void);
-bool uring_fixed_kernel_coalesces(void);
 
 #endif

@@ -189,25 +189,6 @@ static void test_prefix(void)
     g_assert_cmpuint(bytes, ==, 0);
 }
 
-static void test_bvecs(void)
-{
-    UringChunk c = { .start = BASE, .len = GiB, .page_size = 2 * MiB };
-
-    /* One bvec per hugepage once the kernel coalesces, else per 4 KiB */
-    g_assert_cmpuint(uring_chunk_bvecs(&c, true), ==, 512);
-    g_assert_cmpuint(uring_chunk_bvecs(&c, false), ==, 262144);
-
-    /* A partial hugepage at either end still takes a bvec */
-    c.start = BASE + 4096;
-    c.len = 4 * MiB;
-    g_assert_cmpuint(uring_chunk_bvecs(&c, true), ==, 3);
-
-    c = (UringChunk) { .start = BASE + 512, .len = 8192, .page_size = 4096 };
-    g_assert_cmpuint(uring_chunk_bvecs(&c, true), ==, 3);
-    c.len = 0;
-    g_assert_cmpuint(uring_chunk_bvecs(&c, true), ==, 0);
-}
-
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -216,6 +197,5 @@ int main(int argc, char **argv)
     g_test_add_func("/vblk-uring/chunks/find", test_find);
     g_test_add_func("/vblk-uring/chunks/for-iov", test_for_iov);
     g_test_add_func("/vblk-uring/chunks/prefix", test_prefix);
-    g_test_add_func("/vblk-uring/chunks/bvecs", test_bvecs);
     return g_test_run();
 }
