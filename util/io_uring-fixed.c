@@ -12,7 +12,8 @@
  * Threads.  Three kinds of thread come here:
  *  - the main loop thread, with the BQL held, changes the registry
  *    (uring_fixed_register() and uring_fixed_unregister(), for the block
- *    RAM registrar of each device) and reads it for the monitor;
+ *    RAM registrar of each device), pins what was added in a bottom half
+ *    of its own (pin_pending_bh()), and reads the registry for the monitor;
  *  - each AioContext's own thread looks chunks up for its requests and
  *    keeps its ring's kernel buffer table in step with the registry; it
  *    is the only thread that submits to that ring, changes its table, or
@@ -25,9 +26,9 @@
  * is their only writer) but writes them under it.  The lock is never held
  * while a ring pins memory of its own (that faults guest RAM in and can
  * take a tenth of a second per GiB).  Pinning into the pin ring does
- * hold it, in the main loop thread; a ring waits for that only if it is
- * created or syncs meanwhile, since the new generation is published at
- * the end.
+ * hold it: in the main loop thread, or in the first ring that syncs
+ * after RAM was added and before the main loop came to it; any other
+ * ring that syncs meanwhile waits for it.
  *
  * Lookups take no lock and no reference: a ring looks in its own table,
  * an immutable snapshot (UringChunkTable) that it holds until its next
@@ -48,6 +49,7 @@
 #include "qemu/error-report.h"
 #include "qemu/iov.h"
 #include "qemu/lockable.h"
+#include "qemu/main-loop.h"
 #include "qemu/stats64.h"
 #include "qemu/thread.h"
 #include "block/aio-wait.h"
@@ -74,6 +76,7 @@ typedef struct UringRange {
     uintptr_t start;
     size_t len;
     unsigned refs;          /* registrations of the same range */
+    bool pending;           /* waits for pin_pending_bh() to be pinned */
     unsigned nr_chunks;
     UringChunk *chunks;
 } UringRange;
@@ -112,6 +115,7 @@ static struct {
     bool can_vectored;
     struct io_uring pin_ring;   /* valid when can_clone */
     bool pin_table;             /* the pin ring has a buffer table */
+    bool pin_scheduled;         /* pin_pending_bh() will run */
     GArray *ranges;             /* of UringRange */
     unsigned long *slots;       /* slots in use */
     UringChunkTable *table;
@@ -177,7 +181,7 @@ static bool probe_clone(void)
 
 /*
  * The ring that pins guest RAM once for all rings to clone, if possible.
- * Its table is registered with the first RAM (pin_table_whole_locked()).
+ * Its table is registered when RAM comes (pin_pending_locked()).
  */
 static bool setup_pin_ring(void)
 {
@@ -425,16 +429,12 @@ static int pin_table_whole_locked(void)
     return 0;
 }
 
-/* Pin the chunks of @r, just added to the registry, into the pin ring */
-static void pin_range_locked(UringRange *r)
+/* Pin the chunks of @r into the pin ring's table, slot by slot */
+static void pin_range_slots_locked(UringRange *r)
 {
     unsigned i;
     int ret;
 
-    if (!pin_ring_holds_any_locked() && pin_table_whole_locked() == 0) {
-        return;
-    }
-    /* Refused whole (RLIMIT_MEMLOCK?), or RAM added: slot by slot */
     if (!reg.pin_table) {
         ret = io_uring_register_buffers_sparse(&reg.pin_ring, URING_SLOTS_MAX);
         if (ret < 0) {
@@ -454,6 +454,63 @@ static void pin_range_locked(UringRange *r)
             report_refusal(ret, c);
         }
         c->pinned = ret == 0;
+    }
+}
+
+/*
+ * Pin every range added since the last call into the pin ring, and tell
+ * the rings.  When the pin ring holds nothing (the machine's start, or
+ * RAM registered again after postcopy), all of them go in one call that
+ * registers the table whole; else, or when that call is refused
+ * (RLIMIT_MEMLOCK?), slot by slot, so only the chunks refused stay out.
+ */
+static void pin_pending_locked(void)
+{
+    bool whole;
+    unsigned i;
+
+    for (i = 0; i < reg.ranges->len; i++) {
+        if (g_array_index(reg.ranges, UringRange, i).pending) {
+            break;
+        }
+    }
+    if (i == reg.ranges->len) {
+        return;     /* unregistered before their turn came */
+    }
+
+    whole = !pin_ring_holds_any_locked() && pin_table_whole_locked() == 0;
+    for (i = 0; i < reg.ranges->len; i++) {
+        UringRange *r = &g_array_index(reg.ranges, UringRange, i);
+
+        if (r->pending && !whole) {
+            pin_range_slots_locked(r);
+        }
+        r->pending = false;
+    }
+    publish_locked();
+}
+
+/*
+ * Registrations come one RAM block at a time, a dozen of them as the
+ * machine is built: guest RAM, then ROMs, video RAM and firmware blobs.
+ * Pinned as they come, all but the first would go slot by slot, and each
+ * such update costs the kernel a walk over the whole table for each
+ * hugepage (see register_whole_table()).  So they wait for the main
+ * loop's next round and go together, or for whoever needs them first: a
+ * ring that syncs (ring_sync()) or the monitor.
+ */
+static void pin_pending_bh(void *opaque)
+{
+    QEMU_LOCK_GUARD(&reg.lock);
+    reg.pin_scheduled = false;
+    pin_pending_locked();
+}
+
+static void schedule_pin_locked(void)
+{
+    if (!reg.pin_scheduled) {
+        reg.pin_scheduled = true;
+        aio_bh_schedule_oneshot(qemu_get_aio_context(), pin_pending_bh, NULL);
     }
 }
 
@@ -484,10 +541,10 @@ void uring_fixed_register(void *host, size_t size)
         r.chunks[i].pinned = !reg.can_clone &&
                              r.chunks[i].slot < URING_SLOTS_MAX;
     }
+    r.pending = reg.can_clone;
     g_array_append_val(reg.ranges, r);
     if (reg.can_clone) {
-        pin_range_locked(&g_array_index(reg.ranges, UringRange,
-                                        reg.ranges->len - 1));
+        schedule_pin_locked();
     }
     trace_uring_fixed_register(host, size, r.nr_chunks);
     publish_locked();
@@ -562,6 +619,7 @@ void uring_fixed_unregister(void *host, size_t size)
 UringChunkTable *uring_fixed_table_get(void)
 {
     QEMU_LOCK_GUARD(&reg.lock);
+    pin_pending_locked();
     if (reg.table) {
         chunk_table_ref(reg.table);
     }
@@ -740,6 +798,7 @@ static void ring_sync(struct UringFixedRing *ring)
     }
 
     WITH_QEMU_LOCK_GUARD(&reg.lock) {
+        pin_pending_locked();
         new = reg.table;
         if (new) {
             chunk_table_ref(new);

@@ -579,8 +579,10 @@ static uint64_t vm_pinned(pid_t pid)
  * 256 MiB of hugepage guest RAM (@mem_opts completes -m 256M) and two
  * queues on two iothreads, each with its own ring; with @clone, the rings
  * clone one pinned buffer table, otherwise each pins guest RAM itself.
+ * @args are more arguments for QEMU.
  */
-static VblkDev *start_two_iothreads(bool clone, const char *mem_opts)
+static VblkDev *start_two_iothreads(bool clone, const char *mem_opts,
+                                    const char *args)
 {
     char *image = vblk_make_image(DISK_SIZE);
     g_autofree char *drive = fixed_drive(image, ",aio-fixed-buffers=on");
@@ -597,8 +599,8 @@ static VblkDev *start_two_iothreads(bool clone, const char *mem_opts)
                    "-device '{\"driver\": \"virtio-blk-pci\", \"id\": "
                    "\"vblk0\", \"addr\": \"04.0\", \"drive\": \"disk0\", "
                    "\"num-queues\": 2, \"iothread-vq-mapping\": "
-                   "[{\"iothread\": \"io0\"}, {\"iothread\": \"io1\"}]}'",
-                   mem_opts, drive);
+                   "[{\"iothread\": \"io0\"}, {\"iothread\": \"io1\"}]}' %s",
+                   mem_opts, drive, args);
     g_unsetenv("QEMU_IO_URING_FIXED_NO_CLONE");
     return d;
 }
@@ -620,7 +622,7 @@ static void test_iothreads(gconstpointer opaque)
         g_test_skip("cannot reserve 256 MiB of 2 MiB hugepages");
         return;
     }
-    d = start_two_iothreads(clone, "");
+    d = start_two_iothreads(clone, "", "");
 
     for (q = 0; q < 2; q++) {
         Boundaries b;
@@ -645,6 +647,75 @@ static void test_iothreads(gconstpointer opaque)
     g_assert_cmpuint(vm_pinned(qtest_pid(d->qts)), ==, pinned);
     qobject_unref(info);
     vblk_stop(d);
+}
+
+/* How many lines of the trace log at @path are of @event */
+static int trace_count(const char *path, const char *event)
+{
+    g_autofree char *text = NULL;
+    g_autofree char *word = g_strdup_printf("uring_fixed_%s ", event);
+    const char *p;
+    int n = 0;
+
+    g_assert(g_file_get_contents(path, &text, NULL, NULL));
+    for (p = strstr(text, word); p; p = strstr(p + 1, word)) {
+        n++;
+    }
+    return n;
+}
+
+/*
+ * The machine's start registers all of its RAM blocks, guest RAM, ROMs
+ * and video RAM, a dozen of them, each in its own call.  They are pinned
+ * in one call that registers a table whole: into the pin ring with
+ * cloning, once per ring without.  Never slot by slot, which costs the
+ * kernel a walk over the whole table per hugepage; and every request
+ * still goes fixed.
+ */
+static void test_start_pins_whole(gconstpointer opaque)
+{
+    bool clone = GPOINTER_TO_INT(opaque);
+    g_autofree char *log = NULL;
+    g_autofree char *args = NULL;
+    int fd, reads[2] = { 0 }, writes[2] = { 0 };
+    VblkDev *d;
+    QDict *info;
+    unsigned q;
+
+    if (!vblk_have_hugepages(256 * MiB)) {
+        g_test_skip("cannot reserve 256 MiB of 2 MiB hugepages");
+        return;
+    }
+    fd = g_file_open_tmp("vblk-trace-XXXXXX", &log, NULL);
+    g_assert_cmpint(fd, >=, 0);
+    close(fd);
+    args = g_strdup_printf("-trace enable=uring_fixed_register_table "
+                           "-trace enable=uring_fixed_update_slot "
+                           "-trace enable=uring_fixed_register -D %s", log);
+    d = start_two_iothreads(clone, "", args);
+
+    for (q = 0; q < 2; q++) {
+        Boundaries b;
+
+        info = vblk_fixed_info(d);
+        b = ram_chunks(info, 256 * MiB);
+        qobject_unref(info);
+        run_shapes(d, q, data_area(d, &b, 16 * MiB), q * 32 * MiB, q * 16,
+                   &writes[q], &reads[q]);
+    }
+    info = vblk_fixed_info(d);
+    assert_ring(info, "io0", reads[0], writes[0]);
+    assert_ring(info, "io1", reads[1], writes[1]);
+    qobject_unref(info);
+
+    /* Before the exit, which unregisters slot by slot (no pinning there) */
+    g_test_message("RAM blocks registered: %d",
+                   trace_count(log, "register"));
+    g_assert_cmpint(trace_count(log, "register"), >, 1);
+    g_assert_cmpint(trace_count(log, "register_table"), ==, clone ? 1 : 2);
+    g_assert_cmpint(trace_count(log, "update_slot"), ==, 0);
+    vblk_stop(d);
+    unlink(log);
 }
 
 static void qmp_ok(QTestState *qts, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
@@ -1014,7 +1085,7 @@ static void test_hotplug_load(gconstpointer opaque)
         g_test_skip("cannot reserve 384 MiB of 2 MiB hugepages");
         return;
     }
-    d = start_two_iothreads(clone, ",slots=2,maxmem=1G");
+    d = start_two_iothreads(clone, ",slots=2,maxmem=1G", "");
     area = shapes_area(d);
     info = vblk_fixed_info(d);
     registered = qdict_get_int(info, "registered-bytes");
@@ -1422,6 +1493,10 @@ int main(int argc, char **argv)
                         test_iothreads);
     qtest_add_data_func("/vblk-fixed/iothreads/per-ring", GINT_TO_POINTER(0),
                         test_iothreads);
+    qtest_add_data_func("/vblk-fixed/start-pins-whole/clone",
+                        GINT_TO_POINTER(1), test_start_pins_whole);
+    qtest_add_data_func("/vblk-fixed/start-pins-whole/per-ring",
+                        GINT_TO_POINTER(0), test_start_pins_whole);
     qtest_add_data_func("/vblk-fixed/hotplug/clone", GINT_TO_POINTER(1),
                         test_hotplug);
     qtest_add_data_func("/vblk-fixed/hotplug/per-ring", GINT_TO_POINTER(0),
