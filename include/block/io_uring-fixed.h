@@ -102,9 +102,6 @@ void uring_prep_rw_fixed(struct io_uring_sqe *sqe, int fd,
                          const struct iovec *iov, int niov, uint64_t offset,
                          int rw_flags, int buf_index, bool write);
 
-/* Drop a ring's state when its AioContext goes away */
-void uring_fixed_ring_destroy(AioContext *ctx);
-
 typedef struct UringRingStats {
     AioContext *ctx;
     bool synced;

@@ -606,23 +606,15 @@ static VblkDev *start_two_iothreads(bool clone, const char *mem_opts,
 }
 
 /*
- * Two iothreads, one queue each: both rings do fixed I/O.  With cloning,
- * guest RAM is pinned once; without, once per ring.
+ * Every request shape on each of the two queues of start_two_iothreads(),
+ * one per ring, then assert that each ring did them all as fixed I/O.
+ * Returns the monitor's view for more checks; the caller unrefs it.
  */
-static void test_iothreads(gconstpointer opaque)
+static QDict *run_shapes_two_rings(VblkDev *d)
 {
-    bool clone = GPOINTER_TO_INT(opaque);
-    VblkDev *d;
-    QDict *info;
     int reads[2] = { 0 }, writes[2] = { 0 };
-    uint64_t registered, pinned;
+    QDict *info;
     unsigned q;
-
-    if (!vblk_have_hugepages(256 * MiB)) {
-        g_test_skip("cannot reserve 256 MiB of 2 MiB hugepages");
-        return;
-    }
-    d = start_two_iothreads(clone, "", "");
 
     for (q = 0; q < 2; q++) {
         Boundaries b;
@@ -637,6 +629,26 @@ static void test_iothreads(gconstpointer opaque)
     info = vblk_fixed_info(d);
     assert_ring(info, "io0", reads[0], writes[0]);
     assert_ring(info, "io1", reads[1], writes[1]);
+    return info;
+}
+
+/*
+ * Two iothreads, one queue each: both rings do fixed I/O.  With cloning,
+ * guest RAM is pinned once; without, once per ring.
+ */
+static void test_iothreads(gconstpointer opaque)
+{
+    bool clone = GPOINTER_TO_INT(opaque);
+    VblkDev *d;
+    QDict *info;
+    uint64_t registered, pinned;
+
+    if (!vblk_have_hugepages(256 * MiB)) {
+        g_test_skip("cannot reserve 256 MiB of 2 MiB hugepages");
+        return;
+    }
+    d = start_two_iothreads(clone, "", "");
+    info = run_shapes_two_rings(d);
     g_assert_cmpint(qdict_get_bool(info, "clone-buffers"), ==, clone);
     g_assert_cmpint(qdict_get_bool(vblk_fixed_ring(info, "io0"), "cloned"),
                     ==, clone);
@@ -677,10 +689,8 @@ static void test_start_pins_whole(gconstpointer opaque)
     bool clone = GPOINTER_TO_INT(opaque);
     g_autofree char *log = NULL;
     g_autofree char *args = NULL;
-    int fd, reads[2] = { 0 }, writes[2] = { 0 };
     VblkDev *d;
-    QDict *info;
-    unsigned q;
+    int fd;
 
     if (!vblk_have_hugepages(256 * MiB)) {
         g_test_skip("cannot reserve 256 MiB of 2 MiB hugepages");
@@ -693,20 +703,7 @@ static void test_start_pins_whole(gconstpointer opaque)
                            "-trace enable=uring_fixed_update_slot "
                            "-trace enable=uring_fixed_register -D %s", log);
     d = start_two_iothreads(clone, "", args);
-
-    for (q = 0; q < 2; q++) {
-        Boundaries b;
-
-        info = vblk_fixed_info(d);
-        b = ram_chunks(info, 256 * MiB);
-        qobject_unref(info);
-        run_shapes(d, q, data_area(d, &b, 16 * MiB), q * 32 * MiB, q * 16,
-                   &writes[q], &reads[q]);
-    }
-    info = vblk_fixed_info(d);
-    assert_ring(info, "io0", reads[0], writes[0]);
-    assert_ring(info, "io1", reads[1], writes[1]);
-    qobject_unref(info);
+    qobject_unref(run_shapes_two_rings(d));
 
     /* Before the exit, which unregisters slot by slot (no pinning there) */
     g_test_message("RAM blocks registered: %d",

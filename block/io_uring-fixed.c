@@ -17,8 +17,14 @@
  *  - each AioContext's own thread looks chunks up for its requests and
  *    keeps its ring's kernel buffer table in step with the registry; it
  *    is the only thread that submits to that ring, changes its table, or
- *    writes the fields of its UringFixedRing;
- *  - any thread may add to or read the counters (Stat64).
+ *    writes the fields of its UringFixedRing.  The ring belongs to the
+ *    event loop (util/fdmon-io_uring.c): the registry owns its buffer
+ *    table through aio_buffers_claim() and changes it only through the
+ *    aio_buffers_*() functions, which check that they run in that thread
+ *    and let queued requests go before an index changes meaning;
+ *  - any thread may add to or read the counters (Stat64);
+ *  - whichever thread destroys an AioContext releases its UringFixedRing
+ *    (ring_release()), when no thread runs that AioContext any more.
  *
  * reg.lock protects the registry (ranges, slots, table, the pin ring's
  * kernel table, the list of rings) and each ring's fields as the monitor
@@ -56,20 +62,14 @@
 #include "block/io_uring-fixed.h"
 #include "trace.h"
 
-/* Newer than the uapi headers QEMU may be built against */
-#define URING_REGISTER_CLONE_BUFFERS    30
-#define URING_CLONE_DST_REPLACE         (1U << 1)
+#ifdef HAVE_IO_URING_OP_READV_FIXED
+#define URING_OP_READV_FIXED            IORING_OP_READV_FIXED
+#define URING_OP_WRITEV_FIXED           IORING_OP_WRITEV_FIXED
+#else
+/* Linux 6.15's opcodes, for liburing before 2.10 */
 #define URING_OP_READV_FIXED            60
 #define URING_OP_WRITEV_FIXED           61
-
-struct uring_clone_buffers {
-    uint32_t src_fd;
-    uint32_t flags;
-    uint32_t src_off;
-    uint32_t dst_off;
-    uint32_t nr;
-    uint32_t pad[3];
-};
+#endif
 
 /* One range handed to uring_fixed_register(), and its chunks; reg.lock */
 typedef struct UringRange {
@@ -82,15 +82,21 @@ typedef struct UringRange {
 } UringRange;
 
 /*
- * An AioContext's view of the registry.  Written by the AioContext's
- * thread only, under reg.lock (see the top of the file); the counters by
- * any thread.
+ * An AioContext's view of the registry, and the owner of its ring's
+ * buffer table (aio_buffers_claim()).  Written by the AioContext's thread
+ * only, under reg.lock (see the top of the file); the counters by any
+ * thread.  Freed by ring_release() when the AioContext goes away.
  */
 struct UringFixedRing {
+    AioBuffersOwner owner;
     AioContext *ctx;
-    UringChunkTable *table;     /* what this ring's kernel table holds */
+    /*
+     * What this ring's kernel table holds; NULL until the first sync.
+     * With cloning, a ring that is not disabled and has a table holds a
+     * clone of the pin ring's.
+     */
+    UringChunkTable *table;
     uint64_t generation;        /* of @table; atomic, for the monitor */
-    bool cloned;
     char *disabled_reason;
     /*
      * Without cloning, the slots of the ring's own table that the kernel
@@ -147,16 +153,6 @@ static bool probe_vectored_fixed(void)
     return ok;
 }
 
-static int clone_table(int dst_fd, int src_fd)
-{
-    struct uring_clone_buffers arg = {
-        .src_fd = src_fd,
-        .flags = URING_CLONE_DST_REPLACE,
-    };
-
-    return io_uring_register(dst_fd, URING_REGISTER_CLONE_BUFFERS, &arg, 1);
-}
-
 /* Can a ring clone another's table?  Try it on a pair of scratch rings. */
 static bool probe_clone(void)
 {
@@ -171,7 +167,7 @@ static bool probe_clone(void)
     }
     if (io_uring_queue_init(1, &dst, 0) == 0) {
         if (io_uring_register_buffers_sparse(&src, 1) == 0) {
-            ret = clone_table(dst.ring_fd, src.ring_fd);
+            ret = fdmon_io_uring_clone_buffers(&dst, &src);
         }
         io_uring_queue_exit(&dst);
     }
@@ -240,18 +236,30 @@ static void report_refusal(int err, const UringChunk *c)
     }
 }
 
-static int update_slot(struct io_uring *ring, const UringChunk *c,
-                       unsigned slot)
+/*
+ * Two kinds of ring hold tables: the registry's own pin ring, which only
+ * the holder of reg.lock touches, and each AioContext's, which only its
+ * thread changes, through the event loop's API (aio_buffers_register()
+ * and the like).  The helpers below take the AioContext, or NULL for the
+ * pin ring.
+ */
+
+/* Put @c (NULL: nothing) into @slot of the table */
+static int update_slot(AioContext *ctx, const UringChunk *c, unsigned slot)
 {
     struct iovec iov = {
         .iov_base = c ? (void *)c->start : NULL,
         .iov_len = c ? c->len : 0,
     };
-    __u64 tag = 0;
-    int ret = io_uring_register_buffers_update_tag(ring, slot, &iov, &tag, 1);
+    int ret;
 
-    trace_uring_fixed_update_slot(ring->ring_fd, slot, iov.iov_base,
-                                  iov.iov_len, ret);
+    if (ctx) {
+        ret = aio_buffers_update(ctx, slot, &iov, 1);
+    } else {
+        ret = io_uring_register_buffers_update_tag(&reg.pin_ring, slot, &iov,
+                                                   NULL, 1);
+    }
+    trace_uring_fixed_update_slot(ctx, slot, iov.iov_base, iov.iov_len, ret);
     return ret < 0 ? ret : 0;
 }
 
@@ -374,11 +382,16 @@ static struct iovec *slot_iovecs(const UringChunkTable *t)
  * costs more as guest RAM grows: 11 ms per GiB for 4 GiB of prefaulted
  * 2 MiB pages, 31 ms for 16 GiB, against 1.7-2.3 ms in one call.
  */
-static int register_whole_table(struct io_uring *ring, struct iovec *iov)
+static int register_whole_table(AioContext *ctx, struct iovec *iov)
 {
-    int ret = io_uring_register_buffers(ring, iov, URING_SLOTS_MAX);
+    int ret;
 
-    trace_uring_fixed_register_table(ring->ring_fd, URING_SLOTS_MAX, ret);
+    if (ctx) {
+        ret = aio_buffers_register(ctx, iov, URING_SLOTS_MAX);
+    } else {
+        ret = io_uring_register_buffers(&reg.pin_ring, iov, URING_SLOTS_MAX);
+    }
+    trace_uring_fixed_register_table(ctx, URING_SLOTS_MAX, ret);
     return ret < 0 ? ret : 0;
 }
 
@@ -414,7 +427,7 @@ static int pin_table_whole_locked(void)
         io_uring_unregister_buffers(&reg.pin_ring);
         reg.pin_table = false;
     }
-    ret = register_whole_table(&reg.pin_ring, iov);
+    ret = register_whole_table(NULL, iov);
     if (ret < 0) {
         return ret;
     }
@@ -449,7 +462,7 @@ static void pin_range_slots_locked(UringRange *r)
         if (c->slot >= URING_SLOTS_MAX) {
             continue;
         }
-        ret = update_slot(&reg.pin_ring, c, c->slot);
+        ret = update_slot(NULL, c, c->slot);
         if (ret < 0) {
             report_refusal(ret, c);
         }
@@ -569,7 +582,7 @@ static bool unregister_locked(uintptr_t start, size_t len)
             continue;
         }
         if (c->pinned && reg.can_clone) {
-            update_slot(&reg.pin_ring, NULL, c->slot);
+            update_slot(NULL, NULL, c->slot);
         }
         clear_bit(c->slot, reg.slots);
     }
@@ -580,14 +593,15 @@ static bool unregister_locked(uintptr_t start, size_t len)
     return true;
 }
 
+static struct UringFixedRing *ring_of(AioContext *ctx);
 static void ring_sync(struct UringFixedRing *ring);
 
 static void ring_sync_bh(void *opaque)
 {
-    AioContext *ctx = opaque;
+    struct UringFixedRing *ring = ring_of(opaque);
 
-    if (ctx->uring_fixed) {
-        ring_sync(ctx->uring_fixed);
+    if (ring) {
+        ring_sync(ring);
     }
 }
 
@@ -628,37 +642,70 @@ UringChunkTable *uring_fixed_table_get(void)
 
 /* --- rings ------------------------------------------------------------ */
 
+/*
+ * The AioContext's ring goes away, and its buffer table with it; called
+ * by the event loop (aio_buffers_claim()) when no thread runs @ctx.
+ */
+static void ring_release(AioBuffersOwner *owner, AioContext *ctx)
+{
+    struct UringFixedRing *ring = container_of(owner, struct UringFixedRing,
+                                               owner);
+
+    WITH_QEMU_LOCK_GUARD(&reg.lock) {
+        QLIST_REMOVE(ring, next);
+    }
+    uring_chunk_table_unref(ring->table);
+    g_free(ring->refused);
+    g_free(ring->disabled_reason);
+    g_free(ring);
+}
+
+/* @ctx's ring state, if it has any yet; in @ctx's thread */
+static struct UringFixedRing *ring_of(AioContext *ctx)
+{
+    AioBuffersOwner *owner = aio_buffers_owner(ctx);
+
+    if (likely(owner && owner->release == ring_release)) {
+        return container_of(owner, struct UringFixedRing, owner);
+    }
+    return NULL;
+}
+
+/*
+ * @ctx's ring state, made at its first request; NULL if its table is not
+ * ours to use.  In @ctx's thread, which is the only one that claims its
+ * table, so the claim cannot race.
+ */
 static struct UringFixedRing *ring_get(AioContext *ctx)
 {
-    struct UringFixedRing *ring = ctx->uring_fixed;
+    struct UringFixedRing *ring = ring_of(ctx);
 
     if (likely(ring)) {
         return ring;
     }
     ring = g_new0(struct UringFixedRing, 1);
+    ring->owner.release = ring_release;
     ring->ctx = ctx;
-    ctx->uring_fixed = ring;
+    if (aio_buffers_claim(ctx, &ring->owner) < 0) {
+        warn_report_once("io_uring fixed buffers: the buffer table of an "
+                         "AioContext's io_uring is in other use; I/O goes "
+                         "on without fixed buffers there");
+        g_free(ring);
+        return NULL;
+    }
     WITH_QEMU_LOCK_GUARD(&reg.lock) {
         QLIST_INSERT_HEAD(&reg.rings, ring, next);
     }
     return ring;
 }
 
-void uring_fixed_ring_destroy(AioContext *ctx)
+/*
+ * Whether @ring's table is a clone of the pin ring's; under reg.lock, or
+ * in @ring's thread
+ */
+static bool ring_cloned(struct UringFixedRing *ring)
 {
-    struct UringFixedRing *ring = ctx->uring_fixed;
-
-    if (!ring) {
-        return;
-    }
-    WITH_QEMU_LOCK_GUARD(&reg.lock) {
-        QLIST_REMOVE(ring, next);
-    }
-    ctx->uring_fixed = NULL;
-    uring_chunk_table_unref(ring->table);
-    g_free(ring->refused);
-    g_free(ring->disabled_reason);
-    g_free(ring);
+    return reg.can_clone && ring->table && !ring->disabled_reason;
 }
 
 /* Can this ring read and write @c with fixed operations? */
@@ -712,7 +759,7 @@ static int ring_update_own(struct UringFixedRing *ring,
                            const UringChunkTable *new,
                            unsigned long *refused)
 {
-    struct io_uring *uring = &ring->ctx->fdmon_io_uring;
+    AioContext *ctx = ring->ctx;
     unsigned i;
     int ret;
 
@@ -720,12 +767,12 @@ static int ring_update_own(struct UringFixedRing *ring,
         /* The ring's first table */
         g_autofree struct iovec *iov = slot_iovecs(new);
 
-        if (register_whole_table(uring, iov) == 0) {
+        if (register_whole_table(ctx, iov) == 0) {
             bitmap_zero(refused, URING_SLOTS_MAX);
             return 0;
         }
         /* Some chunk refused: slot by slot, to find which */
-        ret = io_uring_register_buffers_sparse(uring, URING_SLOTS_MAX);
+        ret = aio_buffers_register(ctx, NULL, URING_SLOTS_MAX);
         if (ret < 0) {
             return ret;
         }
@@ -736,7 +783,7 @@ static int ring_update_own(struct UringFixedRing *ring,
 
         if (c->slot < URING_SLOTS_MAX &&
             !same_chunk(c, chunk_in_slot(new, c->slot))) {
-            update_slot(uring, NULL, c->slot);
+            update_slot(ctx, NULL, c->slot);
         }
     }
     for (i = 0; new && i < new->nr; i++) {
@@ -746,7 +793,7 @@ static int ring_update_own(struct UringFixedRing *ring,
             same_chunk(c, chunk_in_slot(old, c->slot))) {
             continue;
         }
-        ret = update_slot(uring, c, c->slot);
+        ret = update_slot(ctx, c, c->slot);
         if (ret < 0) {
             report_refusal(ret, c);
             set_bit(c->slot, refused);
@@ -766,16 +813,15 @@ static int ring_update_own(struct UringFixedRing *ring,
  */
 static int ring_clone_locked(struct UringFixedRing *ring)
 {
-    struct io_uring *uring = &ring->ctx->fdmon_io_uring;
-    int ret = clone_table(uring->ring_fd, reg.pin_ring.ring_fd);
+    bool had_clone = ring_cloned(ring);
+    int ret = aio_buffers_clone(ring->ctx, &reg.pin_ring);
 
     if (ret < 0) {
         ring_disable(ring, "cloning the pinned buffers failed", ret);
-        if (ring->cloned) {
-            io_uring_unregister_buffers(uring);
+        if (had_clone) {
+            aio_buffers_unregister(ring->ctx);
         }
     }
-    ring->cloned = ret >= 0;
     return ret;
 }
 
@@ -786,16 +832,10 @@ static int ring_clone_locked(struct UringFixedRing *ring)
  */
 static void ring_sync(struct UringFixedRing *ring)
 {
-    struct io_uring *uring = &ring->ctx->fdmon_io_uring;
     UringChunkTable *old = ring->table, *new;
     unsigned long *refused = NULL;
     bool own = false;
     int ret = 0;
-
-    /* Queued sqes name slots by number: let them go before slots change */
-    if (io_uring_sq_ready(uring)) {
-        io_uring_submit(uring);
-    }
 
     WITH_QEMU_LOCK_GUARD(&reg.lock) {
         pin_pending_locked();
@@ -833,8 +873,8 @@ static void ring_sync(struct UringFixedRing *ring)
         qatomic_set(&ring->generation, new ? new->generation : 0);
     }
     uring_chunk_table_unref(old);
-    trace_uring_fixed_ring_sync(ring->ctx, ring->generation, ring->cloned,
-                                ret);
+    trace_uring_fixed_ring_sync(ring->ctx, ring->generation,
+                                ring_cloned(ring), ret);
 }
 
 /* @ctx's ring, in step with the registry, or NULL if it is disabled */
@@ -843,6 +883,10 @@ static struct UringFixedRing *ring_ready(AioContext *ctx,
 {
     struct UringFixedRing *ring = ring_get(ctx);
 
+    if (unlikely(!ring)) {
+        *why = URING_FALLBACK_RING_DISABLED;
+        return NULL;
+    }
     if (unlikely(qatomic_load_acquire(&reg.generation) != ring->generation)) {
         ring_sync(ring);
     }
@@ -932,12 +976,18 @@ void uring_fixed_count_fixed(AioContext *ctx, bool write)
 {
     struct UringFixedRing *ring = ring_get(ctx);
 
-    stat64_add(write ? &ring->fixed_writes : &ring->fixed_reads, 1);
+    if (ring) {
+        stat64_add(write ? &ring->fixed_writes : &ring->fixed_reads, 1);
+    }
 }
 
 void uring_fixed_count_fallback(AioContext *ctx, UringFallbackReason why)
 {
-    stat64_add(&ring_get(ctx)->fallbacks[why], 1);
+    struct UringFixedRing *ring = ring_get(ctx);
+
+    if (ring) {
+        stat64_add(&ring->fallbacks[why], 1);
+    }
 }
 
 static void ring_usable_chunks(struct UringFixedRing *ring,
@@ -978,7 +1028,7 @@ GPtrArray *uring_fixed_ring_stats(void)
 
         s->ctx = ring->ctx;
         s->synced = ring->generation == reg.generation;
-        s->cloned = ring->cloned;
+        s->cloned = ring_cloned(ring);
         s->disabled_reason = g_strdup(ring->disabled_reason);
         ring_usable_chunks(ring, &s->chunks, &s->bytes);
         s->fixed_reads = stat64_get(&ring->fixed_reads);

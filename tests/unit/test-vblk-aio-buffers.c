@@ -1,0 +1,179 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The buffer table of an AioContext's io_uring (util/fdmon-io_uring-buffers.c):
+ * one owner, told when the ring goes away; changes only from the home
+ * thread; a queued request keeps the buffer it was prepared for.
+ */
+
+#include "qemu/osdep.h"
+#include <liburing.h>
+#include "block/aio.h"
+#include "block/aio-wait.h"
+#include "qapi/error.h"
+#include "qemu/cutils.h"
+#include "qemu/main-loop.h"
+#include "iothread.h"
+
+typedef struct {
+    AioBuffersOwner owner;
+    AioContext *released_ctx;
+    int releases;
+} TestOwner;
+
+static void test_owner_release(AioBuffersOwner *owner, AioContext *ctx)
+{
+    TestOwner *t = container_of(owner, TestOwner, owner);
+
+    t->released_ctx = ctx;
+    t->releases++;
+}
+
+static TestOwner main_owner = { .owner.release = test_owner_release };
+
+/* A buffer for tables that no request uses */
+static uint8_t idle_buf[4096];
+
+static bool have_ring(void)
+{
+    if (!qemu_get_aio_context()->fdmon_ops->add_sqe) {
+        g_test_skip("the event loop has no io_uring (kernel < 5.6?)");
+        return false;
+    }
+    return true;
+}
+
+/* Only one owner at a time; claiming again is harmless */
+static void test_claim(void)
+{
+    AioContext *ctx = qemu_get_aio_context();
+    TestOwner other = { .owner.release = test_owner_release };
+
+    if (!have_ring()) {
+        return;
+    }
+    g_assert_cmpint(aio_buffers_claim(ctx, &main_owner.owner), ==, 0);
+    g_assert_cmpint(aio_buffers_claim(ctx, &main_owner.owner), ==, 0);
+    g_assert_cmpint(aio_buffers_claim(ctx, &other.owner), ==, -EBUSY);
+    g_assert(aio_buffers_owner(ctx) == &main_owner.owner);
+}
+
+typedef struct {
+    CqeHandler cqe_handler;
+    int fd;
+    void *buf;
+    bool done;
+} FixedRead;
+
+static void fixed_read_prep(struct io_uring_sqe *sqe, void *opaque)
+{
+    FixedRead *r = opaque;
+
+    io_uring_prep_read_fixed(sqe, r->fd, r->buf, 4096, 0, 0);
+}
+
+static void fixed_read_done(CqeHandler *cqe_handler)
+{
+    FixedRead *r = container_of(cqe_handler, FixedRead, cqe_handler);
+
+    r->done = true;
+}
+
+/*
+ * A READ_FIXED queued on buffer 0, then buffer 0 replaced before the
+ * event loop ran: the read must still land in the buffer it was prepared
+ * for.  Were it submitted after the change, the kernel would find its
+ * address outside buffer 0 and fail it with -EFAULT.
+ */
+static void test_update_after_queued_read(void)
+{
+    AioContext *ctx = qemu_get_aio_context();
+    g_autofree char *path = NULL;
+    g_autofree uint8_t *old_buf = g_malloc0(4096);
+    g_autofree uint8_t *new_buf = g_malloc0(4096);
+    g_autofree uint8_t *pattern = g_malloc(4096);
+    struct iovec old_iov = { old_buf, 4096 }, new_iov = { new_buf, 4096 };
+    FixedRead r = { .cqe_handler.cb = fixed_read_done, .buf = old_buf };
+
+    if (!have_ring()) {
+        return;
+    }
+    memset(pattern, 0xa5, 4096);
+    r.fd = g_file_open_tmp("vblk-aio-buffers-XXXXXX", &path, NULL);
+    g_assert_cmpint(r.fd, >=, 0);
+    g_assert_cmpint(pwrite(r.fd, pattern, 4096, 0), ==, 4096);
+
+    g_assert_cmpint(aio_buffers_claim(ctx, &main_owner.owner), ==, 0);
+    g_assert_cmpint(aio_buffers_register(ctx, &old_iov, 1), ==, 0);
+    aio_add_sqe(fixed_read_prep, &r, &r.cqe_handler);
+    g_assert_cmpint(aio_buffers_update(ctx, 0, &new_iov, 1), ==, 0);
+    while (!r.done) {
+        aio_poll(ctx, true);
+    }
+
+    g_assert_cmpint(r.cqe_handler.cqe.res, ==, 4096);
+    g_assert(memcmp(old_buf, pattern, 4096) == 0);
+    g_assert(buffer_is_zero(new_buf, 4096));
+    aio_buffers_unregister(ctx);
+    close(r.fd);
+    unlink(path);
+}
+
+static void claim_bh(void *opaque)
+{
+    TestOwner *t = opaque;
+    AioContext *ctx = qemu_get_current_aio_context();
+    struct iovec iov = { idle_buf, sizeof(idle_buf) };
+
+    g_assert_cmpint(aio_buffers_claim(ctx, &t->owner), ==, 0);
+    g_assert_cmpint(aio_buffers_register(ctx, NULL, 4), ==, 0);
+    g_assert_cmpint(aio_buffers_update(ctx, 2, &iov, 1), ==, 0);
+}
+
+/* The owner hears when the AioContext, and its ring, go away; once */
+static void test_release_with_ring(void)
+{
+    IOThread *iothread;
+    AioContext *ctx;
+    TestOwner t = { .owner.release = test_owner_release };
+
+    if (!have_ring()) {
+        return;
+    }
+    iothread = iothread_new();
+    ctx = iothread_get_aio_context(iothread);
+    aio_wait_bh_oneshot(ctx, claim_bh, &t);
+    g_assert_cmpint(t.releases, ==, 0);
+    iothread_join(iothread);
+    g_assert_cmpint(t.releases, ==, 1);
+    g_assert(t.released_ctx == ctx);
+}
+
+/* Another thread may not change an AioContext's table: it aborts */
+static void test_foreign_thread(void)
+{
+    if (!have_ring()) {
+        return;
+    }
+    if (g_test_subprocess()) {
+        IOThread *iothread = iothread_new();
+
+        aio_buffers_register(iothread_get_aio_context(iothread), NULL, 1);
+        return;     /* not reached */
+    }
+    g_test_trap_subprocess(NULL, 0, 0);
+    g_test_trap_assert_failed();
+    g_test_trap_assert_stderr("*in_aio_context_home_thread*");
+}
+
+int main(int argc, char **argv)
+{
+    qemu_init_main_loop(&error_fatal);
+    g_test_init(&argc, &argv, NULL);
+    g_test_add_func("/vblk-aio-buffers/claim", test_claim);
+    g_test_add_func("/vblk-aio-buffers/update-after-queued-read",
+                    test_update_after_queued_read);
+    g_test_add_func("/vblk-aio-buffers/release-with-ring",
+                    test_release_with_ring);
+    g_test_add_func("/vblk-aio-buffers/foreign-thread", test_foreign_thread);
+    return g_test_run();
+}

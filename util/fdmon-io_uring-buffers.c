@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The fixed buffer table of an AioContext's io_uring
+ *
+ * An io_uring can hold a table of registered ("fixed") buffers: memory the
+ * kernel pins and maps once, which READ_FIXED, WRITE_FIXED and their
+ * vectored forms then name by index instead of pinning pages per request.
+ * fdmon-io_uring.c owns the ring of each AioContext; this file lends its
+ * buffer table to one user, the owner, and changes the table for it.
+ *
+ * Threads.  The ring is submitted to by the AioContext's home thread only,
+ * so its table is changed only there: every function here but
+ * aio_buffers_owner_release() asserts that it runs in that thread.  The
+ * owner is released by fdmon_io_uring_destroy(), when no thread runs the
+ * AioContext any more; the ring's table goes away with the ring.
+ *
+ * Indexes.  Queued sqes name buffers by index and the kernel resolves the
+ * index when it takes the sqe, not when the sqe is prepared.  Every change
+ * of the table therefore submits what is queued first, so that each sqe
+ * finds the buffer its request was prepared for.
+ */
+
+#include "qemu/osdep.h"
+#include <liburing.h>
+#include "block/aio.h"
+#include "block/aio-wait.h"
+#include "aio-posix.h"
+#include "trace.h"
+
+#ifndef HAVE_IO_URING_CLONE_BUFFERS
+/* IORING_REGISTER_CLONE_BUFFERS (Linux 6.12), for liburing before 2.9 */
+#define URING_REGISTER_CLONE_BUFFERS    30
+#define URING_CLONE_DST_REPLACE         (1U << 1)
+
+struct uring_clone_buffers {
+    uint32_t src_fd;
+    uint32_t flags;
+    uint32_t src_off;
+    uint32_t dst_off;
+    uint32_t nr;
+    uint32_t pad[3];
+};
+#endif
+
+static struct io_uring *buffers_ring(AioContext *ctx)
+{
+    assert(in_aio_context_home_thread(ctx));
+    assert(ctx->fdmon_ops->add_sqe);    /* the ring is fdmon-io_uring's */
+    return &ctx->fdmon_io_uring;
+}
+
+/* Let queued sqes go before the indexes they name change meaning */
+static struct io_uring *buffers_ring_flushed(AioContext *ctx)
+{
+    struct io_uring *ring = buffers_ring(ctx);
+
+    if (io_uring_sq_ready(ring)) {
+        io_uring_submit(ring);
+    }
+    return ring;
+}
+
+int aio_buffers_claim(AioContext *ctx, AioBuffersOwner *owner)
+{
+    assert(in_aio_context_home_thread(ctx));
+    if (!ctx->fdmon_ops->add_sqe) {
+        return -ENOTSUP;
+    }
+    if (ctx->fdmon_buffers_owner && ctx->fdmon_buffers_owner != owner) {
+        return -EBUSY;
+    }
+    ctx->fdmon_buffers_owner = owner;
+    return 0;
+}
+
+AioBuffersOwner *aio_buffers_owner(AioContext *ctx)
+{
+    assert(in_aio_context_home_thread(ctx));
+    return ctx->fdmon_buffers_owner;
+}
+
+void aio_buffers_owner_release(AioContext *ctx)
+{
+    AioBuffersOwner *owner = ctx->fdmon_buffers_owner;
+
+    if (owner) {
+        ctx->fdmon_buffers_owner = NULL;
+        owner->release(owner, ctx);
+    }
+}
+
+int aio_buffers_register(AioContext *ctx, const struct iovec *iov,
+                         unsigned nr)
+{
+    struct io_uring *ring = buffers_ring_flushed(ctx);
+    int ret;
+
+    if (iov) {
+        ret = io_uring_register_buffers(ring, iov, nr);
+    } else {
+        ret = io_uring_register_buffers_sparse(ring, nr);
+    }
+    trace_fdmon_io_uring_buffers(ctx, "register", 0, nr, ret);
+    return ret < 0 ? ret : 0;
+}
+
+int aio_buffers_update(AioContext *ctx, unsigned index,
+                       const struct iovec *iov, unsigned nr)
+{
+    struct io_uring *ring = buffers_ring_flushed(ctx);
+    int ret;
+
+    /* No tags: nothing waits to hear that the kernel let a buffer go */
+    ret = io_uring_register_buffers_update_tag(ring, index, iov, NULL, nr);
+    trace_fdmon_io_uring_buffers(ctx, "update", index, nr, ret);
+    return ret < 0 ? ret : 0;
+}
+
+int aio_buffers_clone(AioContext *ctx, struct io_uring *src)
+{
+    int ret = fdmon_io_uring_clone_buffers(buffers_ring_flushed(ctx), src);
+
+    trace_fdmon_io_uring_buffers(ctx, "clone", 0, 0, ret);
+    return ret;
+}
+
+void aio_buffers_unregister(AioContext *ctx)
+{
+    int ret = io_uring_unregister_buffers(buffers_ring_flushed(ctx));
+
+    trace_fdmon_io_uring_buffers(ctx, "unregister", 0, 0, ret);
+}
+
+int fdmon_io_uring_clone_buffers(struct io_uring *dst, struct io_uring *src)
+{
+    int ret;
+
+#ifdef HAVE_IO_URING_CLONE_BUFFERS
+    ret = __io_uring_clone_buffers(dst, src, IORING_REGISTER_DST_REPLACE);
+#else
+    struct uring_clone_buffers arg = {
+        .src_fd = src->ring_fd,
+        .flags = URING_CLONE_DST_REPLACE,
+    };
+
+    ret = io_uring_register(dst->ring_fd, URING_REGISTER_CLONE_BUFFERS,
+                            &arg, 1);
+#endif
+    return ret < 0 ? ret : 0;
+}
