@@ -644,7 +644,8 @@ UringChunkTable *uring_fixed_table_get(void)
 
 /*
  * The AioContext's ring goes away, and its buffer table with it; called
- * by the event loop (aio_buffers_claim()) when no thread runs @ctx.
+ * by fdmon_io_uring_destroy() (see AioBuffersOwner) when no thread runs
+ * @ctx.
  */
 static void ring_release(AioBuffersOwner *owner, AioContext *ctx)
 {

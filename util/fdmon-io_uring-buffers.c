@@ -10,7 +10,8 @@
  *
  * Threads.  The ring is submitted to by the AioContext's home thread only,
  * so its table is changed only there: every function here but
- * aio_buffers_owner_release() asserts that it runs in that thread.  The
+ * aio_buffers_owner_release() asserts that it runs in that thread
+ * (aio_buffers_owner(), inline in block/aio.h, only reads).  The
  * owner is released by fdmon_io_uring_destroy(), when no thread runs the
  * AioContext any more; the ring's table goes away with the ring.
  *
@@ -71,12 +72,6 @@ int aio_buffers_claim(AioContext *ctx, AioBuffersOwner *owner)
     }
     ctx->fdmon_buffers_owner = owner;
     return 0;
-}
-
-AioBuffersOwner *aio_buffers_owner(AioContext *ctx)
-{
-    assert(in_aio_context_home_thread(ctx));
-    return ctx->fdmon_buffers_owner;
 }
 
 void aio_buffers_owner_release(AioContext *ctx)
