@@ -205,6 +205,67 @@ VblkDev *vblk_start(uint64_t ram_size, char *image, unsigned nvqs,
     return d;
 }
 
+/* The pc machine's ACPI PCI hot-plug eject register, a bit per slot */
+#define ACPI_PCIHP_EJECT 0xae08
+
+void vblk_unplug_request(VblkDev *d)
+{
+    qtest_qmp_device_del_send(d->qts, "vblk0");
+}
+
+void vblk_eject(VblkDev *d)
+{
+    bool gone = false;
+
+    qtest_outl(d->qts, ACPI_PCIHP_EJECT, 1 << 4);
+    /*
+     * The proxy's child, the virtio device, sends a DEVICE_DELETED of its
+     * own (no id) just before it: wait for the one with the id, or the
+     * next unplug would take it for its own.
+     */
+    while (!gone) {
+        QDict *ev = qtest_qmp_eventwait_ref(d->qts, "DEVICE_DELETED");
+        QDict *data = qdict_get_qdict(ev, "data");
+
+        gone = !g_strcmp0(qdict_get_try_str(data, "device"), "vblk0");
+        qobject_unref(ev);
+    }
+    device_fini(d);
+    qvirtio_pci_device_disable(d->pdev);
+    g_free(d->pdev);
+    d->pdev = NULL;
+    d->vdev = NULL;
+}
+
+void vblk_plug(VblkDev *d, const char *opts_fmt, ...)
+{
+    QPCIAddress addr = { .devfn = QPCI_DEVFN(4, 0) };
+    g_autofree char *opts = NULL;
+    QDict *rsp;
+    va_list ap;
+
+    va_start(ap, opts_fmt);
+    opts = g_strdup_vprintf(opts_fmt, ap);
+    va_end(ap);
+
+    qtest_qmp_send_raw(d->qts, "{'execute': 'device_add', 'arguments': {"
+                       "'driver': 'virtio-blk-pci', 'id': 'vblk0',"
+                       "'addr': '04.0', %s}}", opts);
+    rsp = qtest_qmp_receive(d->qts);
+    if (!qdict_haskey(rsp, "return")) {
+        g_error("device_add failed: %s",
+                qdict_get_str(qdict_get_qdict(rsp, "error"), "desc"));
+    }
+    qobject_unref(rsp);
+    d->pdev = virtio_pci_new(d->bus, &addr);
+    g_assert(d->pdev);
+    d->vdev = &d->pdev->vdev;
+    qvirtio_pci_device_enable(d->pdev);
+    device_init(d);
+    g_assert_cmpuint(qvirtio_config_readq(d->vdev, 0) * VBLK_SECTOR, ==,
+                     d->capacity);
+}
+
 void vblk_quit(VblkDev *d)
 {
     if (!d->qts) {
@@ -576,6 +637,20 @@ int vblk_batch_wait(VblkBatch *b)
     out_of_order = b->out_of_order;
     batch_free(b);
     return out_of_order;
+}
+
+int vblk_batch_abandon(VblkBatch *b)
+{
+    VblkDev *d = b->d;
+    int i, completed = 0;
+
+    bufread(d->qts, b->slab, b->slots, (size_t)b->n * SLOT_SIZE);
+    for (i = 0; i < b->n; i++) {
+        b->ios[i].status = b->slots[i * SLOT_SIZE + 16];
+        completed += b->ios[i].status != 0xff;
+    }
+    batch_free(b);
+    return completed;
 }
 
 int vblk_batch_poll(VblkBatch *b)

@@ -70,6 +70,22 @@ VblkDev *vblk_start(uint64_t ram_size, char *image, unsigned nvqs,
  */
 char *vblk_loop_attach(const char *image);
 
+/*
+ * Unplug the device: vblk_unplug_request() asks for it (device_del), and
+ * vblk_eject() is the guest's answer, an eject of slot 4 (ACPI PCI
+ * hot-plug of the pc machine), whatever the device has in flight; it
+ * waits for DEVICE_DELETED.  The driver's state of the device goes with
+ * it.
+ */
+void vblk_unplug_request(VblkDev *d);
+void vblk_eject(VblkDev *d);
+/*
+ * Hot-plug a virtio-blk-pci device with id=vblk0 at 04.0 again, with more
+ * device_add arguments in @opts_fmt (QMP, strings in single quotes), and
+ * bring it up with @d->nvqs queues.  It must have the old capacity.
+ */
+void vblk_plug(VblkDev *d, const char *opts_fmt, ...) G_GNUC_PRINTF(2, 3);
+
 /* Reset the device and bring it up again with fresh queues */
 void vblk_reset(VblkDev *d);
 /* The virtio device status (VIRTIO_CONFIG_S_*) */
@@ -105,6 +121,12 @@ VblkBatch *vblk_batch_start(VblkDev *d, VblkIo *ios, int n);
 int vblk_batch_wait(VblkBatch *b);
 /* Take the completions the device has made, without waiting; how many */
 int vblk_batch_poll(VblkBatch *b);
+/*
+ * The device went away (vblk_unplug()) with @b in flight: take each
+ * request's status from guest RAM as the device left it (0xff: it never
+ * completed) and free the batch.  Returns how many completed.
+ */
+int vblk_batch_abandon(VblkBatch *b);
 
 /*
  * vblk_run(), but stop waiting after @budget_us: returns how many requests

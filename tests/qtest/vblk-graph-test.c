@@ -4,9 +4,10 @@
  *
  * Every management operation that drains a device or puts a new node
  * under it (resize, stop/cont, reopen, snapshot, stream, commit, mirror,
- * backup, moving a node to another iothread) runs while the device has
- * a full load in flight: four queues of 256 requests, 4 KiB writes and
- * reads at random places, on an iothread.  Each operation must return
+ * backup, moving a node to another iothread, unplugging the disk and
+ * plugging it in again) runs while the device has a full load in flight:
+ * four queues of 256 requests, 4 KiB writes and reads at random places,
+ * on an iothread.  Each operation must return
  * within OP_BOUND_S seconds (an operation that hangs in a drain aborts
  * the test with its name), no request may be lost or fail, every read
  * returns what was written, and at the end every byte the guest wrote is
@@ -637,6 +638,95 @@ static void test_set_iothread(const Backend *b)
     guest_stop(g, g_strdup(g->d->image));
 }
 
+/*
+ * The requests of a round the device was unplugged under: each one it
+ * took must have completed (the unplug drains them), with the right data
+ * for a read; one it never took did nothing, so the disk keeps what it
+ * held before.  Returns how many completed.
+ */
+static int load_abandon(Guest *g, VblkBatch *b)
+{
+    VblkDev *d = g->d;
+    int i, completed = vblk_batch_abandon(b);
+
+    for (i = 0; i < DEPTH; i++) {
+        const VblkIo *io = &g->ios[i];
+
+        if (io->status == 0xff) {
+            if (io->type == VIRTIO_BLK_T_OUT) {
+                memcpy(d->shadow + io->offset, g->before + io->offset,
+                       io->segs[0].len);
+            }
+            continue;
+        }
+        g_assert_cmpint(io->status, ==, VIRTIO_BLK_S_OK);
+        if (io->type == VIRTIO_BLK_T_IN) {
+            vblk_check(d, io);
+        }
+    }
+    return completed;
+}
+
+/* The registry holds no guest RAM and the kernel pins none for it */
+static void wait_unpinned(Guest *g)
+{
+    QDict *info = NULL;
+    int i;
+
+    for (i = 0; i < 500; i++) {
+        info = vblk_fixed_info(g->d);
+        if (qdict_get_int(info, "registered-bytes") == 0 &&
+            qdict_get_int(info, "pinned-bytes") == 0) {
+            qobject_unref(info);
+            return;
+        }
+        qobject_unref(info);
+        g_usleep(10 * 1000);
+    }
+    g_error("guest RAM still registered after the last device went");
+}
+
+/*
+ * Unplug the disk and plug it in again on the same node, REPLUGS times:
+ * device_del, then the guest starts a round and ejects the device right
+ * after the kick, with the round in flight.  The eject must end within
+ * OP_BOUND_S with every request the device took completed; with fixed
+ * buffers guest RAM is unpinned once no device uses it, and pinned again
+ * for the new device, which must serve fixed.
+ */
+#define REPLUGS 4
+
+static void test_replug(const Backend *b)
+{
+    Guest *g = guest_start(b);
+    struct sigaction sa = { .sa_handler = op_timed_out };
+    int i, completed;
+
+    load_round(g);
+    sigaction(SIGALRM, &sa, NULL);
+    for (i = 0; i < REPLUGS; i++) {
+        VblkBatch *batch;
+
+        vblk_unplug_request(g->d);
+        batch = load_start(g);
+        op_name = "the guest's eject";
+        alarm(OP_BOUND_S);
+        vblk_eject(g->d);
+        alarm(0);
+        completed = load_abandon(g, batch);
+        g_test_message("unplug %d: %d of %d requests completed", i,
+                       completed, DEPTH);
+        if (b->fixed) {
+            wait_unpinned(g);
+        }
+        vblk_plug(g->d, "'drive': 'disk0', 'num-queues': %u, "
+                  "'queue-size': %u, 'iothread': 'io0'", NQ, QUEUE_SIZE);
+        load_round(g);
+    }
+    check_fixed_after(g, false);
+    guest_stop(g, g_strdup(g->d->image));
+}
+
 static const struct {
     const char *name;
     void (*run)(const Backend *b);
@@ -650,6 +740,7 @@ static const struct {
     { "mirror", test_mirror },
     { "backup", test_backup },
     { "set-iothread", test_set_iothread },
+    { "replug", test_replug },
 };
 
 typedef struct Case {
