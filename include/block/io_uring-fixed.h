@@ -65,13 +65,6 @@ const UringChunk *uring_chunk_prefix(const UringChunkTable *t,
 void uring_fixed_register(void *host, size_t size);
 void uring_fixed_unregister(void *host, size_t size);
 
-/* The RAM one block node registered (block/io_uring-bufset.c) */
-typedef struct UringBufSet UringBufSet;
-UringBufSet *uring_buf_set_new(Error **errp);
-void uring_buf_set_add(UringBufSet *set, void *host, size_t size);
-void uring_buf_set_remove(UringBufSet *set, void *host, size_t size);
-void uring_buf_set_free(UringBufSet *set);
-
 /*
  * Per request, in the AioContext's own thread: the fixed buffer index that
  * covers all of @iov, or -1 with the reason in @why.
