@@ -19,11 +19,12 @@ A new file enters with the first patch that needs it:
   - a QAPI module, with the first patch that includes it in a schema;
   - a meson.build of a new directory, with the patch that adds subdir();
   - a test, with the patch that patches/tests-with names for it (not
-    before its directory's meson.build), or else with the last patch; the
-    tests' meson.build is cut down at each patch to the tests that exist
-    by then, and a file that only a test's entry there names comes with
-    the first such test;
-  - anything else (documentation), with the last patch.
+    before its directory's meson.build), or else with the patch that
+    adds that meson.build; the tests' meson.build is cut down at each
+    patch to the tests that exist by then, and a file that only a test's
+    entry there names comes with the first such test;
+  - a document, with the first patch that adds it to a toctree;
+  - anything else, with the last patch.
 """
 
 import os
@@ -99,7 +100,16 @@ def referenced_by(path, added):
                    if f.startswith("qapi/") for l in ls)
     if path.endswith(".c"):
         return any(f"'{base}'" in l for l in added.get(os.path.join(d, "meson.build"), []))
+    if path.endswith(".rst"):
+        return any(toctree_names(path, f, ls) for f, ls in added.items() if f.endswith(".rst"))
     return False
+
+
+def toctree_names(doc, index, lines):
+    """Whether @lines, added to the reST file @index, name @doc as a
+    toctree entry (relative to @index's directory, with or without .rst)"""
+    rel = os.path.relpath(doc, os.path.dirname(index))
+    return any(l.strip() in (rel, os.path.splitext(rel)[0]) for l in lines)
 
 
 def tests_with(subjects):
@@ -160,7 +170,8 @@ def main():
         if m:
             name = os.path.basename(m.group(1))
             meson = os.path.join(os.path.dirname(f), "vblk", "meson.build")
-            need[f] = max(wanted.get(name, last), need.get(meson) or 0)
+            own = need.get(meson)
+            need[f] = max(wanted.get(name, last if own is None else own), own or 0)
             # what its entry in the tests' meson.build names comes with it
             for dep in entry_files(meson, name):
                 if dep in need and (need[dep] is None or need[dep] > need[f]):
