@@ -32,8 +32,10 @@ typedef enum {
 
 extern const char *const uring_fallback_reason_names[URING_FALLBACK__MAX];
 
-/* One piece of a registered range: never more than 1 GiB, never across
- * a 1 GiB-aligned host address. */
+/*
+ * One piece of a registered range: never more than 1 GiB, never across
+ * a 1 GiB-aligned host address.
+ */
 typedef struct UringChunk {
     uintptr_t start;
     size_t len;
