@@ -37,6 +37,18 @@
  * next requests at hand as others complete, while the rest wait in the
  * rings instead of each on its own coroutine in the block layer (see
  * VirtQueuePoolGroup for how the queues share it).
+ *
+ * And they share a bound on the memory that long chains hold in flight
+ * (x-max-sg-memory): a chain of more pieces than fit inline costs about
+ * 40 bytes of host memory per piece (its mapping, its iovec and its merged
+ * iovec), so that one queue of 32768 entries full of chains of 4096
+ * pieces would hold gigabytes.  Past the bound, a queue waits as one at
+ * its limit of requests does.  The bound is soft by one longest chain per
+ * queue (the length of a chain is known only once it is read).
+ *
+ * A request with more pieces than one host I/O takes goes as several
+ * I/Os, each on its own coroutine: it counts as that many requests in
+ * flight (virtqueue_pool_charge()).
  */
 
 /* Main loop, when the device does not use ioeventfd: serve the queue */
@@ -90,6 +102,7 @@ void virtio_blk_req_pools_init(VirtIOBlock *s)
                                        p);
         virtqueue_pool_join(p->pool, s->req_group);
     }
+    virtqueue_pool_group_limit_memory(s->req_group, s->conf.max_sg_memory);
     virtio_blk_req_update_depth(s);
 }
 
@@ -190,9 +203,18 @@ void virtio_blk_req_set_data(VirtIOBlockReq *req, struct iovec *iov,
                              unsigned int niov)
 {
     struct iovec *merged = virtqueue_pool_extra(&req->elem);
+    int max_iov = blk_get_max_iov(req->dev->blk);
 
     qemu_iovec_init_external(&req->qiov, merged,
                              merge_host_contiguous(merged, iov, niov));
+    /*
+     * Before the queue's next pop: served as several I/Os (see
+     * virtio_blk_req_submit_split()), it counts as that many
+     */
+    if (req->qiov.niov > max_iov) {
+        virtqueue_pool_charge(&req->elem,
+                              DIV_ROUND_UP(req->qiov.niov, max_iov) - 1);
+    }
 }
 
 /*

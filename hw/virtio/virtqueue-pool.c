@@ -25,6 +25,8 @@ struct PoolObject {
     QSLIST_ENTRY(PoolObject) next;
     VirtQueuePool *pool;
     void *heap_arrays;        /* a long chain's arrays, or NULL */
+    size_t heap_size;         /* their size, counted in the group's budget */
+    unsigned int units;       /* requests in flight it counts for */
     void *extra;
     /* the device struct, then the inline arrays and extra space */
     uint64_t payload[] QEMU_ALIGNED(16);
@@ -61,8 +63,10 @@ struct VirtQueuePool {
 
     /* Objects given back, from any thread; the popping thread takes all */
     QSLIST_HEAD(, PoolObject) released;
-    unsigned int nr_released;  /* atomic */
+    unsigned int nr_released;  /* atomic: units given back */
     unsigned int nr_adopted;   /* atomic */
+    unsigned int nr_charged;   /* atomic: units charged beyond one */
+    size_t heap_bytes;         /* atomic: long chains' arrays out */
 
     unsigned int nr_objects;  /* atomic */
 };
@@ -201,12 +205,24 @@ static unsigned int pool_limit(VirtQueuePool *pool)
  * once more, and a releasing thread lowers @in_flight before it looks at
  * @nr_waiters, with a full barrier between on both sides: either the
  * waiter sees the room, or the releasing thread sees the waiter.
+ *
+ * The group also bounds the memory of its long chains' arrays in flight
+ * (@max_heap_bytes, see virtqueue_pool_group_limit_memory()).  Each pool
+ * may always have its equal part of it (@heap_share) out; past its part,
+ * it takes only while the group is under the bound.  A pool refused for
+ * memory has more than its part out, so its own completions wake it
+ * (pool_maybe_wake()); it does not queue for the group's turns.  The
+ * counts change only where a chain is long enough to need the heap, so a
+ * request of a few pieces never touches them.
  */
 struct VirtQueuePoolGroup {
     unsigned int max_in_flight;   /* atomic; 0: no bound */
     unsigned int share;           /* atomic; each pool's part */
     unsigned int in_flight;       /* atomic */
     unsigned int nr_pools;        /* joined and not freed */
+    size_t max_heap_bytes;        /* atomic; 0: no bound */
+    size_t heap_share;            /* atomic; each pool's part */
+    size_t heap_bytes;            /* atomic */
 
     QemuSpin lock;
     QSIMPLEQ_HEAD(, VirtQueuePool) waiters;
@@ -225,6 +241,7 @@ VirtQueuePoolGroup *virtqueue_pool_group_new(void)
     VirtQueuePoolGroup *group = g_new0(VirtQueuePoolGroup, 1);
 
     group->share = UINT_MAX;
+    group->heap_share = SIZE_MAX;
     qemu_spin_init(&group->lock);
     QSIMPLEQ_INIT(&group->waiters);
     return group;
@@ -233,10 +250,14 @@ VirtQueuePoolGroup *virtqueue_pool_group_new(void)
 static void group_update_share(VirtQueuePoolGroup *group)
 {
     unsigned int max = group->max_in_flight;
+    size_t max_heap = group->max_heap_bytes;
 
     qatomic_set(&group->share,
                 max ? MAX(max / MAX(group->nr_pools, 1),
                           VIRTQUEUE_POOL_GROUP_MIN_SHARE) : UINT_MAX);
+    qatomic_set(&group->heap_share,
+                max_heap ? MAX(max_heap / MAX(group->nr_pools, 1), 1) :
+                SIZE_MAX);
 }
 
 static void group_wake(VirtQueuePoolGroup *group, unsigned int nr);
@@ -248,6 +269,14 @@ void virtqueue_pool_group_set_limit(VirtQueuePoolGroup *group,
     group_update_share(group);
     /* Whoever waits may find room under the new bound */
     group_wake(group, UINT_MAX);
+}
+
+void virtqueue_pool_group_limit_memory(VirtQueuePoolGroup *group,
+                                       size_t max_bytes)
+{
+    assert(bql_locked());
+    qatomic_set(&group->max_heap_bytes, max_bytes);
+    group_update_share(group);
 }
 
 void virtqueue_pool_join(VirtQueuePool *pool, VirtQueuePoolGroup *group)
@@ -266,6 +295,20 @@ void virtqueue_pool_group_free(VirtQueuePoolGroup *group)
         qemu_spin_destroy(&group->lock);
         g_free(group);
     }
+}
+
+/* Whether the group's memory bound lets @pool take one more */
+static bool group_has_heap_room(VirtQueuePool *pool)
+{
+    VirtQueuePoolGroup *group = pool->group;
+    size_t max;
+
+    if (!group || qatomic_read(&pool->heap_bytes) <
+                  qatomic_read(&group->heap_share)) {
+        return true;
+    }
+    max = qatomic_read(&group->max_heap_bytes);
+    return !max || qatomic_read(&group->heap_bytes) < max;
 }
 
 /* Whether the group lets @pool, with @in_flight out, take one more */
@@ -424,6 +467,7 @@ static PoolObject *pool_object_new(VirtQueuePool *pool)
 
     obj->pool = pool;
     obj->heap_arrays = NULL;
+    obj->heap_size = 0;
     qatomic_inc(&pool->nr_objects);
     return obj;
 }
@@ -448,10 +492,16 @@ static void object_set_arrays(PoolObject *obj, unsigned int out_num,
     } else {
         size_t extra_size = (size_t)(out_num + in_num) * pool->extra_per_sg;
 
-        obj->heap_arrays = g_malloc(arrays_size + extra_size);
+        obj->heap_size = arrays_size + extra_size;
+        obj->heap_arrays = g_malloc(obj->heap_size);
         arrays = obj->heap_arrays;
         obj->extra = (char *)arrays + arrays_size;
+        qatomic_add(&pool->heap_bytes, obj->heap_size);
+        if (pool->group) {
+            qatomic_add(&pool->group->heap_bytes, obj->heap_size);
+        }
     }
+    obj->units = 1;
     virtqueue_element_set_arrays(object_elem(obj), out_num, in_num, arrays);
 }
 
@@ -482,8 +532,8 @@ static void pool_trim(VirtQueuePool *pool, unsigned int in_flight)
 /* Objects taken and not given back yet */
 static unsigned int pool_in_flight(VirtQueuePool *pool)
 {
-    return qatomic_read(&pool->nr_taken) + qatomic_read(&pool->nr_adopted) -
-           qatomic_read(&pool->nr_released);
+    return qatomic_read(&pool->nr_taken) + qatomic_read(&pool->nr_adopted) +
+           qatomic_read(&pool->nr_charged) - qatomic_read(&pool->nr_released);
 }
 
 /* The cache is empty: take what other threads gave back */
@@ -527,7 +577,8 @@ static bool pool_has_room(VirtQueuePool *pool)
 {
     unsigned int in_flight = pool_in_flight(pool);
 
-    return in_flight < pool_limit(pool) && group_has_room(pool, in_flight);
+    return in_flight < pool_limit(pool) && group_has_heap_room(pool) &&
+           group_has_room(pool, in_flight);
 }
 
 bool virtqueue_pool_may_take(VirtQueuePool *pool)
@@ -548,7 +599,8 @@ bool virtqueue_pool_may_take(VirtQueuePool *pool)
     if (pool_has_room(pool) && qatomic_xchg(&pool->waiting, false)) {
         return true;
     }
-    if (pool->group && pool_in_flight(pool) < pool_limit(pool)) {
+    if (pool->group && pool_in_flight(pool) < pool_limit(pool) &&
+        group_has_heap_room(pool)) {
         /*
          * Refused for the group's sake: wait for our turn.  The room may
          * have come since we looked, from a release that saw nobody
@@ -561,8 +613,9 @@ bool virtqueue_pool_may_take(VirtQueuePool *pool)
 }
 
 /*
- * Wake the popping thread once half of its own limit is free again, unless
- * it waits for the group (which wakes it)
+ * Wake the popping thread once half of its own limit is free again and the
+ * group's memory bound lets it take, unless it waits for the group's turn
+ * (the group wakes it then)
  */
 static void pool_maybe_wake(VirtQueuePool *pool)
 {
@@ -571,6 +624,7 @@ static void pool_maybe_wake(VirtQueuePool *pool)
         return;
     }
     if (pool_in_flight(pool) <= pool_limit(pool) / 2 &&
+        group_has_heap_room(pool) &&
         qatomic_xchg(&pool->waiting, false)) {
         pool_call_wake(pool);
     }
@@ -601,6 +655,7 @@ VirtQueueElement *virtqueue_pool_adopt(VirtQueuePool *pool,
         qatomic_inc(&pool->group->in_flight);
     }
     memcpy(copy, elem, pool->elem_size);
+    /* Beyond the memory bound too: the request is in flight already */
     object_set_arrays(obj, out_num, in_num);
     memcpy(copy->in_addr, elem->in_addr, in_num * sizeof(hwaddr));
     memcpy(copy->out_addr, elem->out_addr, out_num * sizeof(hwaddr));
@@ -610,19 +665,38 @@ VirtQueueElement *virtqueue_pool_adopt(VirtQueuePool *pool,
     return copy;
 }
 
+void virtqueue_pool_charge(VirtQueueElement *elem, unsigned int units)
+{
+    PoolObject *obj = elem_object(elem);
+    VirtQueuePool *pool = obj->pool;
+
+    obj->units += units;
+    qatomic_add(&pool->nr_charged, units);
+    if (pool->group) {
+        qatomic_add(&pool->group->in_flight, units);
+    }
+}
+
 void virtqueue_pool_release(VirtQueueElement *elem)
 {
     PoolObject *obj = elem_object(elem);
-
     VirtQueuePool *pool = obj->pool;
+    unsigned int units = obj->units;
 
-    g_free(obj->heap_arrays);
-    obj->heap_arrays = NULL;
+    if (obj->heap_arrays) {
+        g_free(obj->heap_arrays);
+        obj->heap_arrays = NULL;
+        qatomic_sub(&pool->heap_bytes, obj->heap_size);
+        if (pool->group) {
+            qatomic_sub(&pool->group->heap_bytes, obj->heap_size);
+        }
+        obj->heap_size = 0;
+    }
     if (pool->group) {
-        qatomic_dec(&pool->group->in_flight);
+        qatomic_sub(&pool->group->in_flight, units);
     }
     QSLIST_INSERT_HEAD_ATOMIC(&pool->released, obj, next);
-    qatomic_inc(&pool->nr_released);
+    qatomic_add(&pool->nr_released, units);
     /* Pairs with virtqueue_pool_may_take() and group_enqueue() */
     smp_mb__after_rmw();
     pool_maybe_wake(pool);

@@ -703,29 +703,45 @@ void vblk_run_expect_reset(VblkDev *d, VblkIo *io)
     vblk_reset(d);
 }
 
-int vblk_raw_batch(VblkDev *d, unsigned q, const struct vring_desc *descs,
-                   int ndescs, const uint16_t *heads, int nheads,
-                   struct vring_used_elem *used, bool *reset)
+void vblk_raw_submit(VblkDev *d, unsigned q, const struct vring_desc *descs,
+                     int ndescs, const uint16_t *heads, int nheads)
 {
     QVirtQueue *vq = d->vqs[q];
     VblkQueue *vbq = &d->queues[q];
-    gint64 deadline = g_get_monotonic_time() + VBLK_TIMEOUT_US;
-    g_autofree uint16_t *le = g_new(uint16_t, nheads);
+    g_autofree uint16_t *ring = g_new(uint16_t, nheads);
     uint16_t avail = vbq->avail_idx;
-    int i, got = 0;
-    gulong backoff = 0;
+    int i;
 
     g_assert_cmpint(ndescs, <=, vq->size);
     g_assert_cmpint(nheads, <=, vq->size);
     qtest_memwrite(d->qts, vq->desc, descs, ndescs * sizeof(descs[0]));
-    for (i = 0; i < nheads; i++) {
-        uint16_t slot = (avail + i) % vq->size;
+    /* In one write where the heads do not wrap around the ring */
+    if (avail % vq->size + nheads <= vq->size) {
+        for (i = 0; i < nheads; i++) {
+            ring[i] = cpu_to_le16(heads[i]);
+        }
+        qtest_memwrite(d->qts, vq->avail + 4 + 2 * (avail % vq->size), ring,
+                       nheads * sizeof(ring[0]));
+    } else {
+        for (i = 0; i < nheads; i++) {
+            uint16_t slot = (avail + i) % vq->size;
 
-        qtest_writew(d->qts, vq->avail + 4 + 2 * slot, heads[i]);
+            qtest_writew(d->qts, vq->avail + 4 + 2 * slot, heads[i]);
+        }
     }
     vbq->avail_idx += nheads;
     qtest_writew(d->qts, vq->avail + 2, vbq->avail_idx);
     d->vdev->bus->virtqueue_kick(d->vdev, vq);
+}
+
+int vblk_raw_collect(VblkDev *d, unsigned q, int nheads,
+                     struct vring_used_elem *used, bool *reset)
+{
+    QVirtQueue *vq = d->vqs[q];
+    VblkQueue *vbq = &d->queues[q];
+    gint64 deadline = g_get_monotonic_time() + VBLK_TIMEOUT_US;
+    int i, got = 0;
+    gulong backoff = 0;
 
     *reset = false;
     while (got < nheads) {
@@ -759,6 +775,14 @@ int vblk_raw_batch(VblkDev *d, unsigned q, const struct vring_desc *descs,
         g_usleep(backoff);
     }
     return got;
+}
+
+int vblk_raw_batch(VblkDev *d, unsigned q, const struct vring_desc *descs,
+                   int ndescs, const uint16_t *heads, int nheads,
+                   struct vring_used_elem *used, bool *reset)
+{
+    vblk_raw_submit(d, q, descs, ndescs, heads, nheads);
+    return vblk_raw_collect(d, q, nheads, used, reset);
 }
 
 struct vring_desc vblk_desc(uint64_t addr, uint32_t len, uint16_t flags,

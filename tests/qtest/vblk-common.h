@@ -154,6 +154,12 @@ void vblk_run_expect_reset(VblkDev *d, VblkIo *io);
 int vblk_raw_batch(VblkDev *d, unsigned q, const struct vring_desc *descs,
                    int ndescs, const uint16_t *heads, int nheads,
                    struct vring_used_elem *used, bool *reset);
+/* vblk_raw_batch() in two halves: make the heads available and kick... */
+void vblk_raw_submit(VblkDev *d, unsigned q, const struct vring_desc *descs,
+                     int ndescs, const uint16_t *heads, int nheads);
+/* ...and wait for @nheads used elements (or NEEDS_RESET) */
+int vblk_raw_collect(VblkDev *d, unsigned q, int nheads,
+                     struct vring_used_elem *used, bool *reset);
 
 /*
  * Write @n raw descriptors at the start of queue @q's table, make the one

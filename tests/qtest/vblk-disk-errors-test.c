@@ -478,6 +478,46 @@ static void run_stop(Ctx *x)
     x->reached += NREQ;
 }
 
+/*
+ * The user unplugs the disk while the VM is stopped on its I/O error, as
+ * management does with a disk it gave up on: the write parked for a retry
+ * goes with the device (it never completes; QEMU used to leak it, and with
+ * it its queue's pool), and 'cont' runs the VM.  A new device on the same
+ * disk, once healed, serves every request, and the disk holds all the
+ * data written before.
+ */
+static void test_unplug_parked(gconstpointer opaque)
+{
+    const Test *t = opaque;
+    Ctx x = { .t = t };
+    VblkIo ios[NREQ];
+    VblkSeg segs[NREQ];
+    g_autofree uint8_t *saved = NULL;
+    VblkBatch *b;
+
+    x.d = start(t);
+    write_all(&x, 1);
+    saved = g_memdup2(x.d->shadow, x.d->capacity);
+    prepare_writes(&x, ios, segs, 50);
+    b = vblk_batch_start(x.d, ios, NREQ);
+    expect_stop(&x);
+    g_assert_cmpint(parked(b, 100 * 1000), ==, NREQ - 1);
+
+    vblk_unplug_request(x.d);
+    vblk_eject(x.d);
+    g_assert_cmpint(vblk_batch_abandon(b), ==, NREQ - 1);
+    /* The parked write never reached the disk: it holds generation 1 */
+    memcpy(x.d->shadow + FAIL_REQ * MiB, saved + FAIL_REQ * MiB, IO_SIZE);
+    qtest_qmp_assert_success(x.d->qts, "{'execute': 'cont'}");
+    g_assert_cmpstr(run_state(&x), ==, "running");
+
+    vblk_plug(x.d, "'drive': 'disk0', 'iothread': 'io0'");
+    heal(&x);
+    write_all(&x, 60);
+    verify_all(&x);
+    vblk_stop(x.d);
+}
+
 static void test_disk_errors(gconstpointer opaque)
 {
     const Test *t = opaque;
@@ -537,6 +577,17 @@ int main(int argc, char **argv)
             *t = (Test) { &backends[b], &cases[c] };
             qtest_add_data_func(path, t, test_disk_errors);
         }
+    }
+    for (b = 0; b < ARRAY_SIZE(backends); b++) {
+        /* write/stop/always */
+        Test *t = g_new(Test, 1);
+        g_autofree char *path = g_strdup_printf(
+            "/vblk-disk-errors/%s/unplug-parked", backends[b].name);
+
+        *t = (Test) { &backends[b], &cases[7] };
+        g_assert(cases[7].write && !cases[7].once &&
+                 g_str_equal(cases[7].policy, "stop"));
+        qtest_add_data_func(path, t, test_unplug_parked);
     }
     return g_test_run();
 }

@@ -61,6 +61,7 @@ typedef struct Guest {
     VblkSeg segs[DEPTH];
     VblkIo ios[DEPTH];
     uint8_t *before;                    /* the shadow before this round */
+    char *trace_log;                    /* with fixed buffers: unpins */
 } Guest;
 
 /* --- bounded QMP ------------------------------------------------------ */
@@ -222,13 +223,15 @@ static Guest *guest_start(const Backend *b)
 
     g->b = b;
     g->rand = g_rand_new_with_seed(20261201);
+    g->trace_log = image_path("trace");
     g->d = vblk_start(512 * MiB, image, NQ,
                       "-machine pc -m 512M -object iothread,id=io0 "
                       "-object iothread,id=io1 "
+                      "-trace uring_fixed_unregister -D %s "
                       "-blockdev file,node-name=disk0,filename=%s,%s "
                       "-device virtio-blk-pci,id=vblk0,addr=04.0,"
                       "drive=disk0,num-queues=%u,queue-size=%u,iothread=io0",
-                      image, b->opts, NQ, QUEUE_SIZE);
+                      g->trace_log, image, b->opts, NQ, QUEUE_SIZE);
     g->before = g_malloc(g->d->capacity);
     return g;
 }
@@ -278,6 +281,26 @@ static void check_fixed_after(Guest *g, bool on_qcow2)
     if (!on_qcow2) {
         g_assert_cmpint(unreg1 - unreg0, ==, 0);
     }
+}
+
+/*
+ * How often guest RAM was taken back from io_uring's fixed buffers (every
+ * ring unpins it and QEMU waits for them; registered again, it is pinned
+ * again)
+ */
+static int unpins(Guest *g)
+{
+    g_autofree char *log = NULL;
+    int n = 0;
+    const char *p;
+
+    if (!g_file_get_contents(g->trace_log, &log, NULL, NULL)) {
+        return 0;
+    }
+    for (p = log; (p = strstr(p, "uring_fixed_unregister")); p++) {
+        n++;
+    }
+    return n;
 }
 
 /* Read the whole disk back through the device and check every byte */
@@ -333,6 +356,8 @@ static void guest_stop(Guest *g, char *image)
     }
     g_rand_free(g->rand);
     g_free(g->before);
+    unlink(g->trace_log);
+    g_free(g->trace_log);
     g_free(g);
 }
 
@@ -573,6 +598,12 @@ static void test_mirror(const Backend *b)
                          " 'id': 'job0'}}"), "job-complete");
     job_wait(g, "job0", NULL);
     del_node(g, "disk0");
+    /*
+     * The target was registered before the source gave guest RAM back:
+     * it stayed pinned through the switch, and nothing waited for the
+     * rings with the graph locked
+     */
+    g_assert_cmpint(unpins(g), ==, 0);
     check_fixed_after(g, false);
     guest_stop(g, target);
 }

@@ -9,6 +9,7 @@
 #include "qemu/osdep.h"
 #include "qemu/bswap.h"
 #include "qemu/units.h"
+#include "qobject/qdict.h"
 #include "standard-headers/linux/virtio_blk.h"
 #include "standard-headers/linux/virtio_config.h"
 #include "standard-headers/linux/virtio_ring.h"
@@ -334,6 +335,80 @@ static void test_other_memory(gconstpointer opaque)
     vblk_stop(d);
 }
 
+/*
+ * Requests after the disk was taken away with HMP drive_del, as libvirt
+ * does for a -drive disk after device_del, and as a guest can race by
+ * keeping I/O going until it acknowledges the unplug.  The BlockBackend
+ * has no node then: every request must fail with VIRTIO_BLK_S_IOERR and
+ * QEMU must stay up.  Two zero-length reads in one kick reach the merge
+ * path, where QEMU 10.2.2 reads the node's limits (blk_get_max_iov())
+ * and crashes; one zero-length read crashed our submission path.
+ */
+static void test_after_drive_del(gconstpointer opaque)
+{
+    const char *dev_opts = opaque;
+    VblkDev *d = vblk_start(256 * MiB, NULL, 1,
+                            "-machine pc -m 256M -object iothread,id=io0 "
+                            "-drive if=none,id=drive0,format=raw,"
+                            "file.driver=null-co,file.size=16M,"
+                            "file.read-zeroes=on "
+                            "-device virtio-blk-pci,id=vblk0,addr=04.0,"
+                            "drive=drive0%s", dev_opts);
+    /* Headers and status bytes of the four requests, 64 bytes apart */
+    const uint64_t hdr = d->data_start, st = d->data_start + 1024;
+    const uint64_t data = d->data_start + 8192;
+    static const struct {
+        uint32_t type;
+        uint32_t len;       /* data bytes */
+    } reqs[] = {
+        { VIRTIO_BLK_T_IN, 0 }, { VIRTIO_BLK_T_IN, 0 },
+        { VIRTIO_BLK_T_IN, 512 }, { VIRTIO_BLK_T_OUT, 4096 },
+    };
+    struct vring_desc descs[3 * ARRAY_SIZE(reqs)];
+    uint16_t heads[ARRAY_SIZE(reqs)];
+    struct vring_used_elem used[ARRAY_SIZE(reqs)];
+    g_autofree char *out = NULL;
+    int i, n = 0, got;
+    bool reset;
+    QDict *rsp;
+
+    for (i = 0; i < ARRAY_SIZE(reqs); i++) {
+        struct virtio_blk_outhdr h = {
+            .type = cpu_to_le32(reqs[i].type),
+            .sector = cpu_to_le64(reqs[i].type == VIRTIO_BLK_T_OUT ? 8 : 0),
+        };
+        uint16_t w = reqs[i].type == VIRTIO_BLK_T_OUT ? 0 : W;
+
+        qtest_memwrite(d->qts, hdr + 64 * i, &h, sizeof(h));
+        qtest_writeb(d->qts, st + 64 * i, 0xff);
+        heads[i] = n;
+        descs[n] = vblk_desc(hdr + 64 * i, 16, N, n + 1);
+        n++;
+        if (reqs[i].len) {
+            descs[n] = vblk_desc(data + 8192 * i, reqs[i].len, w | N, n + 1);
+            n++;
+        }
+        descs[n++] = vblk_desc(st + 64 * i, 1, W, 0);
+    }
+
+    out = qtest_hmp(d->qts, "drive_del drive0");
+    g_assert_cmpstr(out, ==, "");
+    got = vblk_raw_batch(d, 0, descs, n, heads, ARRAY_SIZE(reqs), used,
+                         &reset);
+    g_assert_false(reset);
+    g_assert_cmpint(got, ==, ARRAY_SIZE(reqs));
+    for (i = 0; i < ARRAY_SIZE(reqs); i++) {
+        g_assert_cmpint(qtest_readb(d->qts, st + 64 * i), ==,
+                        VIRTIO_BLK_S_IOERR);
+    }
+    rsp = qtest_qmp(d->qts, "{'execute': 'query-status'}");
+    g_assert(qdict_haskey(rsp, "return"));
+    qobject_unref(rsp);
+    vblk_quit(d);
+    g_free(d->shadow);
+    g_free(d);
+}
+
 static struct vring_packed_desc pdesc(uint64_t addr, uint32_t len,
                                       uint16_t flags, uint16_t id)
 {
@@ -582,6 +657,10 @@ int main(int argc, char **argv)
                         "-blockdev null-co,node-name=null0 "
                         "-device virtio-blk-pci,addr=05.0,drive=null0,"
                         "iothread=io1", test_other_memory);
+    qtest_add_data_func("/vblk-hostile/after-drive-del/main-loop", "",
+                        test_after_drive_del);
+    qtest_add_data_func("/vblk-hostile/after-drive-del/iothread",
+                        ",iothread=io0", test_after_drive_del);
     qtest_add_func("/vblk-hostile/packed-chains", test_packed_chains);
     qtest_add_func("/vblk-hostile/packed-indirect-zero",
                    test_packed_indirect_zero);

@@ -10,6 +10,7 @@
  */
 
 #include "qemu/osdep.h"
+#include "qemu/bswap.h"
 #include "qemu/cutils.h"
 #include "qemu/units.h"
 #include "qobject/qdict.h"
@@ -707,6 +708,125 @@ static uint32_t wait_all_used(VblkDev *d, uint16_t n, uint32_t limit)
 }
 
 /*
+ * Long chains: reads of LONG_PIECES pieces of 4 KiB each (16 MiB, pieces
+ * 8 KiB apart so that none merge, served as four host I/Os each), one
+ * indirect descriptor each, on a queue of 32768 entries over a backend
+ * that takes 200 ms per request.
+ */
+#define LONG_PIECES 4096
+#define LONG_STATE ((LONG_PIECES + 2) * 40)   /* host bytes per request */
+
+static VblkDev *long_start(const char *dev_opts)
+{
+    return vblk_start(512 * MiB, NULL, 1,
+                      "-machine pc -m 512M -object iothread,id=io0 "
+                      "-blockdev null-co,node-name=disk0,size=67108864,"
+                      "read-zeroes=off,latency-ns=200000000 "
+                      "-device virtio-blk-pci,id=vblk0,addr=04.0,"
+                      "drive=disk0,iothread=io0,queue-size=32768%s",
+                      dev_opts);
+}
+
+/*
+ * Make @n long reads available at once and wait for all, never more than
+ * @limit in flight; returns the most that were
+ */
+static uint32_t long_reads(VblkDev *d, int n, uint32_t limit)
+{
+    const uint64_t hdr = d->data_start, status = d->data_start + 64;
+    const uint64_t table = d->data_start + 4096;
+    g_autofree struct vring_desc *t = g_new(struct vring_desc,
+                                            LONG_PIECES + 2);
+    g_autofree struct vring_desc *descs = g_new(struct vring_desc, n);
+    g_autofree uint16_t *heads = g_new(uint16_t, n);
+    g_autofree struct vring_used_elem *used =
+        g_new(struct vring_used_elem, n);
+    struct virtio_blk_outhdr h = { .type = cpu_to_le32(VIRTIO_BLK_T_IN) };
+    uint32_t most;
+    bool reset;
+    int i;
+
+    /* One indirect table for all: header, the pieces, status */
+    qtest_memwrite(d->qts, hdr, &h, sizeof(h));
+    t[0] = vblk_desc(hdr, 16, VRING_DESC_F_NEXT, 1);
+    for (i = 1; i <= LONG_PIECES; i++) {
+        t[i] = vblk_desc(d->data_start + 1 * MiB + (i - 1) * 8 * KiB,
+                         4 * KiB, VRING_DESC_F_WRITE | VRING_DESC_F_NEXT,
+                         i + 1);
+    }
+    t[i] = vblk_desc(status, 1, VRING_DESC_F_WRITE, 0);
+    qtest_memwrite(d->qts, table, t, (LONG_PIECES + 2) * sizeof(t[0]));
+    for (i = 0; i < n; i++) {
+        descs[i] = vblk_desc(table, (LONG_PIECES + 2) * sizeof(t[0]),
+                             VRING_DESC_F_INDIRECT, 0);
+        heads[i] = i;
+    }
+
+    vblk_raw_submit(d, 0, descs, n, heads, n);
+    most = wait_all_used(d, n, limit);
+    g_assert_cmpint(vblk_raw_collect(d, 0, n, used, &reset), ==, n);
+    g_assert_false(reset);
+    for (i = 0; i < n; i++) {
+        g_assert_cmpuint(used[i].len, ==, LONG_PIECES * 4 * KiB + 1);
+    }
+    g_assert_cmpint(qtest_readb(d->qts, status), ==, VIRTIO_BLK_S_OK);
+    return most;
+}
+
+static void long_stop(VblkDev *d)
+{
+    vblk_quit(d);
+    g_free(d->shadow);
+    g_free(d);
+}
+
+/*
+ * One queue of long chains may hold only x-max-sg-memory of host memory
+ * for their scatter-gather state (about 40 bytes per piece): 4096 long
+ * reads made available at once all complete, the queue never has more in
+ * flight than the bound lets it (plus one chain), and QEMU's peak RSS
+ * grows by the bound and little more.  Without the bound all 4096 were in
+ * flight at once, holding some 660 MiB.
+ */
+static void test_long_chains_memory(gconstpointer data)
+{
+    uint64_t bound = GPOINTER_TO_SIZE(data);
+    g_autofree char *dev_bound = bound ?
+        g_strdup_printf(",x-max-sg-memory=%" PRIu64, bound) : g_strdup("");
+    VblkDev *d = long_start(dev_bound);
+    uint64_t rss0, rss1;
+    uint32_t most, limit;
+
+    bound = bound ?: 64 * MiB;          /* the default */
+    limit = bound / LONG_STATE + 1;
+    rss0 = qemu_peak_rss(d);
+    most = long_reads(d, 4096, limit);
+    rss1 = qemu_peak_rss(d);
+    g_test_message("bound %" PRIu64 " MiB: at most %u in flight (limit %u);"
+                   " peak RSS %" PRIu64 " -> %" PRIu64 " MiB", bound / MiB,
+                   most, limit, rss0 / MiB, rss1 / MiB);
+    /* The bound is used, not just respected */
+    g_assert_cmpuint(most, >=, limit / 2);
+    /* Coroutine stacks, pool objects and the qtest traffic: 32 MiB */
+    g_assert_cmpuint(rss1, <=, rss0 + bound + 32 * MiB);
+    long_stop(d);
+}
+
+/*
+ * A long chain served as four host I/Os runs four coroutines, and counts
+ * as four requests against the queue's limit: with x-max-in-flight=8, two
+ * such reads are in flight at most (eight before).
+ */
+static void test_long_chains_parts(void)
+{
+    VblkDev *d = long_start(",x-max-in-flight=8");
+    uint32_t most = long_reads(d, 64, 2);
+
+    g_test_message("at most %u long reads in flight", most);
+    long_stop(d);
+}
+
+/*
  * A queue may only have so many requests in flight (x-max-in-flight here;
  * by default what coroutine stacks allow): with 512 writes made available
  * at once and held back by a throttle group, the device never takes more
@@ -1157,6 +1277,11 @@ int main(int argc, char **argv)
     }
     qtest_add_func("/vblk-io/queues/1025", test_1025_queues);
     qtest_add_func("/vblk-io/in-flight/idle-at-limit", test_in_flight_idle);
+    qtest_add_data_func("/vblk-io/long-chains-memory/default", NULL,
+                        test_long_chains_memory);
+    qtest_add_data_func("/vblk-io/long-chains-memory/16M",
+                        GSIZE_TO_POINTER(16 * MiB), test_long_chains_memory);
+    qtest_add_func("/vblk-io/long-chains-parts", test_long_chains_parts);
     qtest_add_data_func("/vblk-io/device-depth/auto", "", test_device_depth);
     qtest_add_data_func("/vblk-io/device-depth/unlimited",
                         ",aio-max-in-flight=0", test_device_depth);

@@ -88,6 +88,18 @@ void virtqueue_pool_join(VirtQueuePool *pool, VirtQueuePoolGroup *group);
 void virtqueue_pool_group_set_limit(VirtQueuePoolGroup *group,
                                     unsigned int max_in_flight);
 
+/*
+ * Bound the memory the group's long chains hold in flight: the arrays of
+ * chains of more than the pools' inline pieces, to @max_bytes (0: no
+ * bound).  Each pool may always have its equal part of it out; past its
+ * part, it takes only while the group is under the bound.  A take is
+ * checked before the chain is read, so the group may hold the bound plus
+ * one longest chain for every pool.  Once its pools have joined, under
+ * the BQL.
+ */
+void virtqueue_pool_group_limit_memory(VirtQueuePoolGroup *group,
+                                       size_t max_bytes);
+
 /* A VirtQueueElementAlloc for virtqueue_pop_alloc(), @opaque the pool */
 VirtQueueElement *virtqueue_pool_alloc(void *opaque, size_t sz,
                                        unsigned int out_num,
@@ -100,6 +112,14 @@ VirtQueueElement *virtqueue_pool_alloc(void *opaque, size_t sz,
  */
 VirtQueueElement *virtqueue_pool_adopt(VirtQueuePool *pool,
                                        VirtQueueElement *elem);
+
+/*
+ * The request in @elem is in flight as 1 + @units requests (an I/O cut in
+ * parts, each with a coroutine of its own): count them all against the
+ * pool's limit and the group's bound until it is given back.  Before the
+ * parts are submitted.
+ */
+void virtqueue_pool_charge(VirtQueueElement *elem, unsigned int units);
 
 /* Give an object back; any thread. */
 void virtqueue_pool_release(VirtQueueElement *elem);
