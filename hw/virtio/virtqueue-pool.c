@@ -683,15 +683,15 @@ void virtqueue_pool_release(VirtQueueElement *elem)
     VirtQueuePool *pool = obj->pool;
     unsigned int units = obj->units;
 
-    if (obj->heap_arrays) {
-        g_free(obj->heap_arrays);
-        obj->heap_arrays = NULL;
+    if (obj->heap_size) {
         qatomic_sub(&pool->heap_bytes, obj->heap_size);
         if (pool->group) {
             qatomic_sub(&pool->group->heap_bytes, obj->heap_size);
         }
         obj->heap_size = 0;
     }
+    g_free(obj->heap_arrays);
+    obj->heap_arrays = NULL;
     if (pool->group) {
         qatomic_sub(&pool->group->in_flight, units);
     }
