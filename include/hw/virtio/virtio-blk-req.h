@@ -52,7 +52,8 @@ void virtio_blk_req_free(VirtIOBlockReq *req);
 /*
  * Point req->qiov at the guest's data pieces @iov, with host-contiguous
  * neighbours merged into one (in the request's own array: nothing is
- * allocated).
+ * allocated).  A request left with more pieces than one host I/O takes
+ * counts as the number of I/Os it will be (virtqueue_pool_charge()).
  */
 void virtio_blk_req_set_data(VirtIOBlockReq *req, struct iovec *iov,
                              unsigned int niov);
