@@ -119,21 +119,34 @@ static void queues_free(VblkDev *d)
     g_free(d->queues);
 }
 
+static void setup_queues(VblkDev *d)
+{
+    unsigned i;
+
+    d->vqs = g_new0(QVirtQueue *, d->nvqs);
+    for (i = 0; i < d->nvqs; i++) {
+        d->vqs[i] = qvirtqueue_setup(d->vdev, &d->alloc, i);
+    }
+}
+
 /* Bring the device up: features, @d->nvqs queues, DRIVER_OK */
 static void device_init(VblkDev *d)
 {
     uint64_t features;
-    unsigned i;
 
     qvirtio_start_device(d->vdev);
     features = qvirtio_get_features(d->vdev);
     features &= ~(QVIRTIO_F_BAD_FEATURE | (1ull << VIRTIO_RING_F_EVENT_IDX) |
                   (1ull << VIRTIO_F_RING_PACKED));
+    if (d->queues_first) {
+        d->vdev->features = features | d->first_features;
+        d->vdev->bus->set_features(d->vdev, d->vdev->features);
+        d->vdev->features_negotiated = true;   /* libqos checks it */
+        setup_queues(d);
+    }
     qvirtio_set_features(d->vdev, features | d->extra_features);
-
-    d->vqs = g_new0(QVirtQueue *, d->nvqs);
-    for (i = 0; i < d->nvqs; i++) {
-        d->vqs[i] = qvirtqueue_setup(d->vdev, &d->alloc, i);
+    if (!d->queues_first) {
+        setup_queues(d);
     }
     queues_init(d);
     qvirtio_set_driver_ok(d->vdev);

@@ -51,6 +51,14 @@ typedef struct VblkDev {
     uint64_t capacity;          /* bytes */
     uint32_t seg_max;           /* from the device's config space */
     uint64_t extra_features;    /* negotiated on top of the defaults */
+    /*
+     * If set, the device is brought up as the virtio spec forbids: the
+     * defaults and @first_features are written first, the queues are set
+     * up and enabled under them, and only then are the final features
+     * (the defaults and @extra_features) written and FEATURES_OK set.
+     */
+    bool queues_first;
+    uint64_t first_features;
     char *image;                /* the raw image file */
     char *loop;                 /* a loop device over it, or NULL */
     uint8_t *shadow;            /* what the image must hold */

@@ -730,6 +730,183 @@ static void test_packed_indirect_zero(void)
     vblk_stop(d);
 }
 
+/*
+ * A driver that enables a queue before it writes the features, or writes
+ * them again after: the virtio spec forbids it, the device must survive
+ * it.  The queue's ring caches are laid out for the features of the moment
+ * (the packed ring's descriptor ring is written by the device, its event
+ * areas are 4 bytes).  QEMU 10.2.2 laid them out again only for
+ * EVENT_IDX: a packed ring negotiated after the queue was enabled aborted
+ * at the first completion (assert(cache->is_write) in
+ * address_space_cache_invalidate(), found by generic-fuzz), and a split
+ * ring negotiated after a packed one overran its 4-byte used "ring".
+ * @opaque names the ring of the final features.
+ */
+static void test_features_after_queues(gconstpointer opaque)
+{
+    bool packed = !strcmp(opaque, "packed");
+    VblkDev *d = start(",packed=on");
+    const uint64_t packed_bit = 1ull << VIRTIO_F_RING_PACKED;
+    uint8_t status = 0xff;
+    uint16_t id = 0xffff;
+
+    still_works(d, 1);
+    d->queues_first = true;
+    d->first_features = packed ? 0 : packed_bit;
+    d->extra_features = packed ? packed_bit : 0;
+    vblk_reset(d);
+    g_assert_cmphex(d->vdev->bus->get_guest_features(d->vdev) & packed_bit,
+                    ==, d->extra_features);
+
+    /* A read of sector 16, which holds still_works()' pattern */
+    write_header(d, VIRTIO_BLK_T_IN, 16);
+    if (packed) {
+        struct vring_packed_desc rd[] = {
+            pdesc(HDR, 16, N, 0), pdesc(DATA, 512, W | N, 0),
+            pdesc(STATUS, 1, W, 5),
+        };
+
+        g_assert_false(vblk_packed_chain(d, 0, rd, 3, &status, STATUS, &id));
+        g_assert_cmpint(id, ==, 5);
+    } else {
+        struct vring_desc rd[] = {
+            vblk_desc(HDR, 16, N, 1), vblk_desc(DATA, 512, W | N, 2),
+            vblk_desc(STATUS, 1, W, 0),
+        };
+
+        g_assert_false(vblk_raw_chain(d, 0, rd, 3, &status, STATUS));
+    }
+    g_assert_cmpint(status, ==, VIRTIO_BLK_S_OK);
+    {
+        uint8_t want[512], got[512];
+
+        vblk_pattern(want, sizeof(want), 16 * VBLK_SECTOR, 1);
+        qtest_memread(d->qts, DATA, got, sizeof(got));
+        g_assert(memcmp(want, got, sizeof(got)) == 0);
+    }
+
+    /* Brought up the usual way again, on a split ring, the device works */
+    d->queues_first = false;
+    d->extra_features = 0;
+    vblk_reset(d);
+    still_works(d, 2);
+    vblk_stop(d);
+}
+
+/*
+ * Two reads of zero bytes at sector 0 in one notification: valid
+ * requests, which virtio-blk merges into one whose vector has no
+ * element (and a NULL iov).  aio=io_uring took its first element for a
+ * non-vectored read; QEMU 10.2.2 dies of SIGSEGV (found by generic-fuzz).
+ * Both must complete with VIRTIO_BLK_S_OK.  @opaque: the blockdev's
+ * aio-fixed-buffers setting.
+ */
+static void test_zero_reads(gconstpointer opaque)
+{
+    char *image = vblk_make_image(DISK_SIZE);
+    VblkDev *d = vblk_start(256 * MiB, image, 1,
+                            "-machine pc -m 256M "
+                            "-blockdev file,node-name=disk0,filename=%s,"
+                            "aio=io_uring,cache.direct=on,"
+                            "aio-fixed-buffers=%s "
+                            "-device virtio-blk-pci,id=vblk0,addr=04.0,"
+                            "drive=disk0", image, (const char *)opaque);
+    const uint64_t hdr = d->data_start, st = d->data_start + 1024;
+    struct virtio_blk_outhdr h = { .type = cpu_to_le32(VIRTIO_BLK_T_IN) };
+    struct vring_desc descs[4];
+    uint16_t heads[2] = { 0, 2 };
+    struct vring_used_elem used[2];
+    bool reset;
+    int i;
+
+    for (i = 0; i < 2; i++) {
+        qtest_memwrite(d->qts, hdr + 64 * i, &h, sizeof(h));
+        qtest_writeb(d->qts, st + 64 * i, 0xff);
+        descs[2 * i] = vblk_desc(hdr + 64 * i, 16, N, 2 * i + 1);
+        descs[2 * i + 1] = vblk_desc(st + 64 * i, 1, W, 0);
+    }
+    g_assert_cmpint(vblk_raw_batch(d, 0, descs, 4, heads, 2, used, &reset),
+                    ==, 2);
+    g_assert_false(reset);
+    for (i = 0; i < 2; i++) {
+        g_assert_cmpint(qtest_readb(d->qts, st + 64 * i), ==,
+                        VIRTIO_BLK_S_OK);
+    }
+    still_works(d, 1);
+    vblk_stop(d);
+}
+
+/* Queue 0 enabled again, its rings at @desc, @avail and @used */
+static void move_rings(VblkDev *d, uint64_t desc, uint64_t avail,
+                       uint64_t used)
+{
+    QVirtioPCIDevice *dev = container_of(d->vdev, QVirtioPCIDevice, vdev);
+    QVirtQueue moved = { .index = 0, .desc = desc, .avail = avail,
+                         .used = used };
+
+    d->vdev->bus->queue_select(d->vdev, 0);
+    d->vdev->bus->set_queue_address(d->vdev, &moved);
+    qpci_io_writew(dev->pdev, dev->bar, dev->common_cfg_offset +
+                   offsetof(struct virtio_pci_common_cfg, queue_enable), 1);
+}
+
+/*
+ * Rings a driver places outside guest memory: in unassigned space, or in
+ * another device's registers.  The device reads and writes its rings from
+ * the IOThread; over such memory each access would take the BQL for the
+ * region's handlers, and a reset, which holds the BQL while it waits for
+ * the IOThread, hung QEMU 10.2.2 (found by generic-fuzz).  The device
+ * must refuse such rings when the queue is enabled (NEEDS_RESET), and
+ * work again after a reset.  Each case is tried several times with a kick
+ * and a reset, the sequence that hung.
+ */
+static void test_rings_elsewhere(void)
+{
+    VblkDev *d = start_with("", "-object iothread,id=io1 "
+                            "-blockdev null-co,node-name=null0 "
+                            "-device virtio-blk-pci,addr=05.0,drive=null0,"
+                            "iothread=io1");
+    QPCIDevice *other = qpci_device_find(d->bus, QPCI_DEVFN(5, 0));
+    const uint64_t nothing = 0xc0000000;    /* PCI hole, no BAR here */
+    QPCIBar bar;
+    unsigned gen = 1;
+    int round, i;
+
+    g_assert_nonnull(other);
+    bar = qpci_iomap(other, 4, NULL);
+    qpci_device_enable(other);
+    still_works(d, gen++);
+    for (round = 0; round < 4; round++) {
+        QVirtQueue *vq = d->vqs[0];
+        const struct {
+            const char *what;
+            uint64_t desc, avail, used;
+        } cases[] = {
+            { "all rings in unassigned space",
+              nothing, nothing + 0x4000, nothing + 0x8000 },
+            { "descriptors in another device's registers",
+              bar.addr, vq->avail, vq->used },
+            { "available ring in another device's registers",
+              vq->desc, bar.addr, vq->used },
+            { "used ring in unassigned space", vq->desc, vq->avail, nothing },
+        };
+
+        for (i = 0; i < ARRAY_SIZE(cases); i++) {
+            g_test_message("round %d: %s", round, cases[i].what);
+            move_rings(d, cases[i].desc, cases[i].avail, cases[i].used);
+            d->vdev->bus->virtqueue_kick(d->vdev, d->vqs[0]);
+            g_assert_true(vblk_device_status(d) &
+                          VIRTIO_CONFIG_S_NEEDS_RESET);
+            vblk_reset(d);
+        }
+        still_works(d, gen++);
+    }
+    /* The other device's status was never written by our device */
+    g_assert_cmpint(qpci_io_readb(other, bar, 0x14), ==, 0);
+    g_free(other);
+    vblk_stop(d);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -755,5 +932,14 @@ int main(int argc, char **argv)
     qtest_add_func("/vblk-hostile/packed-chains", test_packed_chains);
     qtest_add_func("/vblk-hostile/packed-indirect-zero",
                    test_packed_indirect_zero);
+    qtest_add_data_func("/vblk-hostile/features-after-queues/packed",
+                        "packed", test_features_after_queues);
+    qtest_add_data_func("/vblk-hostile/features-after-queues/split",
+                        "split", test_features_after_queues);
+    qtest_add_data_func("/vblk-hostile/zero-reads/io_uring", "off",
+                        test_zero_reads);
+    qtest_add_data_func("/vblk-hostile/zero-reads/io_uring-fixed", "on",
+                        test_zero_reads);
+    qtest_add_func("/vblk-hostile/rings-elsewhere", test_rings_elsewhere);
     return g_test_run();
 }
