@@ -84,6 +84,7 @@ IoUringBuffersInfo *qmp_x_query_io_uring_buffers(Error **errp)
 
     info->clone_buffers = uring_fixed_can_clone();
     info->vectored_fixed = uring_fixed_can_vectored();
+    info->pinning = uring_fixed_pinning();
 
     for (i = 0; t && i < t->nr; i++) {
         const UringChunk *c = &t->chunks[i];
@@ -128,8 +129,9 @@ void hmp_info_io_uring_buffers(Monitor *mon, const QDict *qdict)
     IoUringRingInfoList *r;
 
     monitor_printf(mon, "registered %" PRIu64 " bytes, pinned %" PRIu64
-                   " bytes (%s; vectored fixed ops: %s)\n",
+                   " bytes%s (%s; vectored fixed ops: %s)\n",
                    info->registered_bytes, info->pinned_bytes,
+                   info->pinning ? ", pinning" : "",
                    info->clone_buffers ? "pinned once, cloned into rings" :
                    "pinned by each ring",
                    info->vectored_fixed ? "yes" : "no");

@@ -9,11 +9,13 @@
  * in its own thread: a generation number, checked before each lookup,
  * tells it to re-sync.  Removing RAM syncs every ring before it returns.
  *
- * Threads.  Three kinds of thread come here:
+ * Threads.  Four kinds of thread come here:
  *  - the main loop thread, with the BQL held, changes the registry
  *    (uring_fixed_register() and uring_fixed_unregister(), for the block
- *    RAM registrar of each device), pins what was added in a bottom half
- *    of its own (pin_pending_bh()), and reads the registry for the monitor;
+ *    RAM registrar of each device) and reads it for the monitor;
+ *  - with cloning, the pin thread (pin_thread()) pins what was added, so
+ *    that no thread waits for it with the BQL held: faulting in and
+ *    pinning many GiB of small pages takes seconds;
  *  - each AioContext's own thread looks chunks up for its requests and
  *    keeps its ring's kernel buffer table in step with the registry; it
  *    is the only thread that submits to that ring, changes its table, or
@@ -26,15 +28,19 @@
  *  - whichever thread destroys an AioContext releases its UringFixedRing
  *    (ring_release()), when no thread runs that AioContext any more.
  *
- * reg.lock protects the registry (ranges, slots, table, the pin ring's
- * kernel table, the list of rings) and each ring's fields as the monitor
- * reads them: a ring's thread reads its own fields without the lock (it
- * is their only writer) but writes them under it.  The lock is never held
- * while a ring pins memory of its own (that faults guest RAM in and can
- * take a tenth of a second per GiB).  Pinning into the pin ring does
- * hold it: in the main loop thread, or in the first ring that syncs
- * after RAM was added and before the main loop came to it; any other
- * ring that syncs meanwhile waits for it.
+ * reg.lock protects the registry (ranges, slots, table, the pin ring and
+ * its kernel table, the list of rings) and each ring's fields as the
+ * monitor reads them: a ring's thread reads its own fields without the
+ * lock (it is their only writer) but writes them under it.  The lock is
+ * never held while a ring pins memory of its own (that faults guest RAM
+ * in: a tenth of a second per GiB of hugepages, more than a second per
+ * GiB of small pages never touched before), nor while the pin thread
+ * pins all of guest RAM at once (the machine's start): it does that in a
+ * new ring of its own, with reg.pin_busy set, and puts it in the place of
+ * the pin ring when done.  Rings keep cloning the old pin ring meanwhile,
+ * and memory leaves the registry only once the pin thread is done.  What
+ * comes later (a DIMM) is pinned slot by slot into the pin ring under the
+ * lock, in the pin thread too.
  *
  * Lookups take no lock and no reference: a ring looks in its own table,
  * an immutable snapshot (UringChunkTable) that it holds until its next
@@ -122,6 +128,10 @@ static struct {
     struct io_uring pin_ring;   /* valid when can_clone */
     bool pin_table;             /* the pin ring has a buffer table */
     bool pin_scheduled;         /* pin_pending_bh() will run */
+    bool pin_started;           /* the pin thread exists */
+    bool pin_wanted;            /* work for the pin thread */
+    bool pin_busy;              /* it pins without the lock */
+    QemuCond pin_cond;          /* pin_wanted set, or pin_busy cleared */
     GArray *ranges;             /* of UringRange */
     unsigned long *slots;       /* slots in use */
     UringChunkTable *table;
@@ -132,6 +142,7 @@ static struct {
 static void __attribute__((__constructor__)) uring_fixed_init(void)
 {
     qemu_mutex_init(&reg.lock);
+    qemu_cond_init(&reg.pin_cond);
     reg.ranges = g_array_new(false, true, sizeof(UringRange));
     reg.slots = bitmap_new(URING_SLOTS_MAX);
     QLIST_INIT(&reg.rings);
@@ -238,7 +249,8 @@ static void report_refusal(int err, const UringChunk *c)
 
 /*
  * Two kinds of ring hold tables: the registry's own pin ring, which only
- * the holder of reg.lock touches, and each AioContext's, which only its
+ * the holder of reg.lock touches (the pin thread's new ring is its own
+ * until it takes the pin ring's place), and each AioContext's, which only its
  * thread changes, through the event loop's API (aio_buffers_register()
  * and the like).  The helpers below take the AioContext, or NULL for the
  * pin ring.
@@ -382,14 +394,15 @@ static struct iovec *slot_iovecs(const UringChunkTable *t)
  * costs more as guest RAM grows: 11 ms per GiB for 4 GiB of prefaulted
  * 2 MiB pages, 31 ms for 16 GiB, against 1.7-2.3 ms in one call.
  */
-static int register_whole_table(AioContext *ctx, struct iovec *iov)
+static int register_whole_table(AioContext *ctx, struct io_uring *pin,
+                                struct iovec *iov)
 {
     int ret;
 
     if (ctx) {
         ret = aio_buffers_register(ctx, iov, URING_SLOTS_MAX);
     } else {
-        ret = io_uring_register_buffers(&reg.pin_ring, iov, URING_SLOTS_MAX);
+        ret = io_uring_register_buffers(pin, iov, URING_SLOTS_MAX);
     }
     trace_uring_fixed_register_table(ctx, URING_SLOTS_MAX, ret);
     return ret < 0 ? ret : 0;
@@ -413,33 +426,49 @@ static bool pin_ring_holds_any_locked(void)
 }
 
 /*
- * The pin ring holds nothing: register its table anew, whole, with every
- * chunk of the registry.  The rings' clones of the old table stay valid
- * until they clone again.  On failure the pin ring is left with no table.
+ * The pin ring holds nothing: register a table with every chunk of the
+ * registry, whole, in a new ring, and put that in the pin ring's place.
+ * The registration faults in and pins all of guest RAM, so it runs
+ * without the lock, with reg.pin_busy set: rings meanwhile clone the old
+ * pin ring (what they cloned stays valid until they clone again), no
+ * memory leaves the registry (uring_fixed_unregister() waits), and what
+ * is registered meanwhile waits for the next pass.  Returns how many of
+ * reg.ranges, from the first, are pinned: 0 on failure, which leaves the
+ * pin ring as it was.
  */
-static int pin_table_whole_locked(void)
+static unsigned pin_table_whole_locked(void)
 {
     g_autofree struct iovec *iov = slot_iovecs(NULL);
-    unsigned i, j;
+    unsigned n = reg.ranges->len, i, j;
+    struct io_uring ring;
     int ret;
 
-    if (reg.pin_table) {
-        io_uring_unregister_buffers(&reg.pin_ring);
-        reg.pin_table = false;
+    if (io_uring_queue_init(1, &ring, 0) < 0) {
+        return 0;
     }
-    ret = register_whole_table(NULL, iov);
+    reg.pin_busy = true;
+    qemu_mutex_unlock(&reg.lock);
+    ret = register_whole_table(NULL, &ring, iov);
+    qemu_mutex_lock(&reg.lock);
+    reg.pin_busy = false;
+    qemu_cond_broadcast(&reg.pin_cond);
     if (ret < 0) {
-        return ret;
+        io_uring_queue_exit(&ring);
+        return 0;
     }
+
+    io_uring_queue_exit(&reg.pin_ring);
+    reg.pin_ring = ring;
     reg.pin_table = true;
-    for (i = 0; i < reg.ranges->len; i++) {
+    for (i = 0; i < n; i++) {
         UringRange *r = &g_array_index(reg.ranges, UringRange, i);
 
         for (j = 0; j < r->nr_chunks; j++) {
             r->chunks[j].pinned = r->chunks[j].slot < URING_SLOTS_MAX;
         }
+        r->pending = false;
     }
-    return 0;
+    return n;
 }
 
 /* Pin the chunks of @r into the pin ring's table, slot by slot */
@@ -470,32 +499,40 @@ static void pin_range_slots_locked(UringRange *r)
     }
 }
 
+static bool pin_pending_any_locked(void)
+{
+    unsigned i;
+
+    for (i = 0; i < reg.ranges->len; i++) {
+        if (g_array_index(reg.ranges, UringRange, i).pending) {
+            return true;
+        }
+    }
+    return false;
+}
+
 /*
  * Pin every range added since the last call into the pin ring, and tell
  * the rings.  When the pin ring holds nothing (the machine's start, or
  * RAM registered again after postcopy), all of them go in one call that
  * registers the table whole; else, or when that call is refused
  * (RLIMIT_MEMLOCK?), slot by slot, so only the chunks refused stay out.
+ * In the pin thread.
  */
 static void pin_pending_locked(void)
 {
-    bool whole;
-    unsigned i;
+    unsigned i = 0;
 
-    for (i = 0; i < reg.ranges->len; i++) {
-        if (g_array_index(reg.ranges, UringRange, i).pending) {
-            break;
-        }
-    }
-    if (i == reg.ranges->len) {
+    if (!pin_pending_any_locked()) {
         return;     /* unregistered before their turn came */
     }
-
-    whole = !pin_ring_holds_any_locked() && pin_table_whole_locked() == 0;
-    for (i = 0; i < reg.ranges->len; i++) {
+    if (!pin_ring_holds_any_locked()) {
+        i = pin_table_whole_locked();
+    }
+    for (; i < reg.ranges->len; i++) {
         UringRange *r = &g_array_index(reg.ranges, UringRange, i);
 
-        if (r->pending && !whole) {
+        if (r->pending) {
             pin_range_slots_locked(r);
         }
         r->pending = false;
@@ -504,19 +541,51 @@ static void pin_pending_locked(void)
 }
 
 /*
+ * The pin thread, started at the first registration that needs it; it
+ * lives as long as the process.  While it pins, requests on the memory
+ * not pinned yet go without fixed buffers.
+ */
+static void *pin_thread(void *opaque)
+{
+    QEMU_LOCK_GUARD(&reg.lock);
+    for (;;) {
+        while (!reg.pin_wanted) {
+            qemu_cond_wait(&reg.pin_cond, &reg.lock);
+        }
+        reg.pin_wanted = false;
+        pin_pending_locked();
+    }
+    return NULL;
+}
+
+/*
  * Registrations come one RAM block at a time, a dozen of them as the
  * machine is built: guest RAM, then ROMs, video RAM and firmware blobs.
  * Pinned as they come, all but the first would go slot by slot, and each
  * such update costs the kernel a walk over the whole table for each
  * hugepage (see register_whole_table()).  So they wait for the main
- * loop's next round and go together, or for whoever needs them first: a
- * ring that syncs (ring_sync()) or the monitor.
+ * loop's next round and go to the pin thread together.
  */
 static void pin_pending_bh(void *opaque)
 {
     QEMU_LOCK_GUARD(&reg.lock);
     reg.pin_scheduled = false;
-    pin_pending_locked();
+    if (!reg.pin_started) {
+        QemuThread thread;
+
+        qemu_thread_create(&thread, "io-uring-pin", pin_thread, NULL,
+                           QEMU_THREAD_DETACHED);
+        reg.pin_started = true;
+    }
+    reg.pin_wanted = true;
+    qemu_cond_broadcast(&reg.pin_cond);
+}
+
+bool uring_fixed_pinning(void)
+{
+    QEMU_LOCK_GUARD(&reg.lock);
+    return reg.pin_scheduled || reg.pin_wanted || reg.pin_busy ||
+           pin_pending_any_locked();
 }
 
 static void schedule_pin_locked(void)
@@ -612,6 +681,14 @@ void uring_fixed_unregister(void *host, size_t size)
     unsigned i;
 
     WITH_QEMU_LOCK_GUARD(&reg.lock) {
+        /*
+         * The pin thread may be pinning this memory: it must be done
+         * before the memory goes.  Only when RAM goes in the first
+         * seconds of the machine, or while a DIMM comes.
+         */
+        while (reg.pin_busy) {
+            qemu_cond_wait(&reg.pin_cond, &reg.lock);
+        }
         if (!unregister_locked((uintptr_t)host, size)) {
             return;
         }
@@ -633,7 +710,6 @@ void uring_fixed_unregister(void *host, size_t size)
 UringChunkTable *uring_fixed_table_get(void)
 {
     QEMU_LOCK_GUARD(&reg.lock);
-    pin_pending_locked();
     if (reg.table) {
         chunk_table_ref(reg.table);
     }
@@ -768,7 +844,7 @@ static int ring_update_own(struct UringFixedRing *ring,
         /* The ring's first table */
         g_autofree struct iovec *iov = slot_iovecs(new);
 
-        if (register_whole_table(ctx, iov) == 0) {
+        if (register_whole_table(ctx, NULL, iov) == 0) {
             bitmap_zero(refused, URING_SLOTS_MAX);
             return 0;
         }
@@ -839,17 +915,17 @@ static void ring_sync(struct UringFixedRing *ring)
     int ret = 0;
 
     WITH_QEMU_LOCK_GUARD(&reg.lock) {
-        pin_pending_locked();
         new = reg.table;
         if (new) {
             chunk_table_ref(new);
         }
         if (!ring->disabled_reason) {
-            if (reg.can_clone) {
-                ret = ring_clone_locked(ring);
-            } else {
+            if (!reg.can_clone) {
                 own = true;
+            } else if (reg.pin_table) {
+                ret = ring_clone_locked(ring);
             }
+            /* else nothing is pinned yet, and @new says so */
         }
     }
 

@@ -23,7 +23,7 @@
 typedef enum {
     URING_FALLBACK_UNREGISTERED,    /* some iovec is in no chunk */
     URING_FALLBACK_CROSSES_CHUNK,   /* the iovecs span several chunks */
-    URING_FALLBACK_NOT_PINNED,      /* the kernel refused the chunk */
+    URING_FALLBACK_NOT_PINNED,      /* the chunk is not pinned (yet) */
     URING_FALLBACK_NO_VECTORED,     /* several iovecs, kernel < 6.15 */
     URING_FALLBACK_RING_DISABLED,   /* this ring could not take buffers */
     URING_FALLBACK_EFAULT,          /* the kernel refused the fixed op */
@@ -113,6 +113,8 @@ UringChunkTable *uring_fixed_table_get(void);
 void uring_chunk_table_unref(UringChunkTable *t);
 GPtrArray *uring_fixed_ring_stats(void); /* of UringRingStats */
 bool uring_fixed_can_clone(void);
+/* Whether guest RAM waits to be pinned, or is being pinned */
+bool uring_fixed_pinning(void);
 bool uring_fixed_can_vectored(void);
 
 #endif

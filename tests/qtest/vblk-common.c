@@ -191,6 +191,7 @@ VblkDev *vblk_start(uint64_t ram_size, char *image, unsigned nvqs,
     d->ram_size = ram_size;
     d->image = image;
     d->qts = qtest_init(args);
+    vblk_wait_pinned(d->qts);
 
     /*
      * Rings and headers live low in guest RAM, data above is the test's:
@@ -970,6 +971,24 @@ int vblk_split(VblkSeg *segs, uint64_t gpa, uint64_t total, int n)
         segs[i] = (VblkSeg) { .gpa = gpa + i * each, .len = each };
     }
     return n;
+}
+
+void vblk_wait_pinned(QTestState *qts)
+{
+    gint64 deadline = g_get_monotonic_time() + VBLK_TIMEOUT_US;
+
+    for (;;) {
+        QDict *rsp = qtest_qmp(qts, "{'execute': 'x-query-io-uring-buffers'}");
+        QDict *ret = qdict_get_qdict(rsp, "return");
+        bool pinning = ret && qdict_get_bool(ret, "pinning");
+
+        qobject_unref(rsp);
+        if (!pinning) {
+            return;     /* done, or a QEMU without fixed buffers */
+        }
+        g_assert_cmpint(g_get_monotonic_time(), <, deadline);
+        g_usleep(5 * 1000);
+    }
 }
 
 QDict *vblk_fixed_info(VblkDev *d)

@@ -214,6 +214,14 @@ int vblk_split(VblkSeg *segs, uint64_t gpa, uint64_t total, int n);
 
 /* The io_uring fixed buffer state (x-query-io-uring-buffers) */
 QDict *vblk_fixed_info(VblkDev *d);
+
+/*
+ * Wait until guest RAM registered as fixed buffers is pinned (QEMU pins
+ * it in a thread of its own, and requests meanwhile go without fixed
+ * buffers).  vblk_start() does; call it after RAM comes later (a DIMM, an
+ * incoming migration).  Returns at once where QEMU has no such registry.
+ */
+void vblk_wait_pinned(QTestState *qts);
 /* The ring named @name in @info, or NULL */
 QDict *vblk_fixed_ring(QDict *info, const char *name);
 uint64_t vblk_ring_fallbacks(QDict *ring, const char *reason);

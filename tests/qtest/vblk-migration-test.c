@@ -552,6 +552,8 @@ static void test_postcopy(gconstpointer opaque)
     g_assert_cmpstr(status, ==, "completed");
     switch_to(d, dst);
 
+    /* The destination registers its RAM again once postcopy has ended */
+    vblk_wait_pinned(d->qts);
     vblk_write_read(d, ios, 8, 50);
     info = vblk_fixed_info(d);
     g_assert_cmpuint(qdict_get_int(vblk_fixed_ring(info, "io0"),

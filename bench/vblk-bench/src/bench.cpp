@@ -8,6 +8,7 @@
 #include "workload.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -242,6 +243,29 @@ void fill_noise(uint8_t* buffer, uint64_t len, uint64_t seed)
         state ^= state >> 7;
         state ^= state << 17;
         std::memcpy(buffer + at, &state, 8);
+    }
+}
+
+// Our QEMU pins guest RAM for fixed buffers in a thread of its own, and
+// requests meanwhile go without them: wait until it is done, so that none
+// is measured.  A QEMU without that registry (stock) answers with an error.
+void wait_pinned(QmpClient& qmp)
+{
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+    for (;;) {
+        Json info;
+        try {
+            info = qmp.execute("x-query-io-uring-buffers");
+        } catch (const BenchError&) {
+            return;
+        }
+        if (!info.value("pinning", false)) {
+            return;
+        }
+        if (std::chrono::steady_clock::now() > deadline) {
+            throw BenchError("QEMU still pins guest RAM after 5 minutes");
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
 }
 
@@ -627,6 +651,7 @@ RunResult Bench::run()
     bring_up_device();
     ram_->unlink_file();    // QEMU has it mapped by now
     announce_pid();
+    wait_pinned(qemu_->qmp());
 
     WorkloadSpec spec = o.workload;
     uint64_t usable = result_.capacity > spec.region_offset ? result_.capacity - spec.region_offset : 0;
