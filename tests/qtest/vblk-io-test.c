@@ -826,6 +826,99 @@ static void test_long_chains_parts(void)
     long_stop(d);
 }
 
+/* --- the coroutine pool after a failed hot-plug ---------------------- */
+
+/* How many memory mappings QEMU has */
+static unsigned qemu_mappings(VblkDev *d)
+{
+    g_autofree char *path = g_strdup_printf("/proc/%d/maps",
+                                            (int)qtest_pid(d->qts));
+    g_autofree char *maps = NULL;
+    unsigned n = 0;
+    const char *p;
+
+    g_assert_true(g_file_get_contents(path, &maps, NULL, NULL));
+    for (p = maps; (p = strchr(p, '\n')); p++) {
+        n++;
+    }
+    return n;
+}
+
+/*
+ * A virtio-blk device grows the coroutine pool by half its queue entries
+ * while it exists.  A hot-plug that fails (an IOThread that does not
+ * exist in iothread-vq-mapping) must give back what it added: after QUEUE
+ * reads of 200 ms were in flight at once on a queue of QUEUE entries, the
+ * pool keeps no more coroutines (two mappings each, a stack and its guard
+ * page) than the default 128, the device's QUEUE / 2, a batch of 128 over
+ * that and two batches in the IOThread (4607), with room for 512 more for
+ * other mappings the burst may leave (malloc's).  It kept 4480; all 8192
+ * when the failed device's 16 x 32768 / 2 stayed in the pool size.
+ */
+static void test_coroutine_pool_failed_plug(void)
+{
+    enum { QUEUE = 8192, POOL_MAX = 128 + QUEUE / 2 + 3 * 128 + 512 };
+    VblkDev *d = vblk_start(512 * MiB, NULL, 1,
+                            "-machine pc -m 512M -object iothread,id=io0 "
+                            "-blockdev null-co,node-name=disk0,"
+                            "size=67108864,latency-ns=200000000 "
+                            "-blockdev null-co,node-name=spare "
+                            "-device virtio-blk-pci,id=vblk0,addr=04.0,"
+                            "drive=disk0,iothread=io0,queue-size=%u",
+                            QUEUE);
+    const uint64_t hdr = d->data_start, status = d->data_start + 64;
+    const uint64_t table = d->data_start + 8192;
+    g_autofree struct vring_desc *descs = g_new(struct vring_desc, QUEUE);
+    g_autofree uint16_t *heads = g_new(uint16_t, QUEUE);
+    g_autofree struct vring_used_elem *used =
+        g_new(struct vring_used_elem, QUEUE);
+    struct virtio_blk_outhdr h = { .type = cpu_to_le32(VIRTIO_BLK_T_IN) };
+    struct vring_desc t[3];
+    unsigned before, after, kept, prev;
+    QDict *rsp;
+    bool reset;
+    int i;
+
+    rsp = qtest_qmp(d->qts, "{'execute': 'device_add', 'arguments': {"
+                    "'driver': 'virtio-blk-pci', 'id': 'vblk1', "
+                    "'drive': 'spare', 'num-queues': 16, "
+                    "'queue-size': 32768, 'iothread-vq-mapping': "
+                    "[{'iothread': 'no-such-iothread'}]}}");
+    g_assert_true(qdict_haskey(rsp, "error"));
+    qobject_unref(rsp);
+
+    /* QUEUE reads of 4 KiB, all through one indirect table */
+    qtest_memwrite(d->qts, hdr, &h, sizeof(h));
+    t[0] = vblk_desc(hdr, 16, VRING_DESC_F_NEXT, 1);
+    t[1] = vblk_desc(d->data_start + 4096, 4096,
+                     VRING_DESC_F_WRITE | VRING_DESC_F_NEXT, 2);
+    t[2] = vblk_desc(status, 1, VRING_DESC_F_WRITE, 0);
+    qtest_memwrite(d->qts, table, t, sizeof(t));
+    for (i = 0; i < QUEUE; i++) {
+        descs[i] = vblk_desc(table, sizeof(t),
+                             VRING_DESC_F_INDIRECT, 0);
+        heads[i] = i;
+    }
+
+    before = qemu_mappings(d);
+    vblk_raw_submit(d, 0, descs, QUEUE, heads, QUEUE);
+    wait_all_used(d, QUEUE, QUEUE);
+    g_assert_cmpint(vblk_raw_collect(d, 0, QUEUE, used, &reset), ==, QUEUE);
+    g_assert_false(reset);
+    /* The last coroutines go back to the pool just after their completion */
+    after = qemu_mappings(d);
+    do {
+        prev = after;
+        g_usleep(50 * 1000);
+        after = qemu_mappings(d);
+    } while (after != prev);
+    kept = after > before ? (after - before) / 2 : 0;
+    g_test_message("%u coroutines kept after %u requests in flight "
+                   "(at most %u)", kept, QUEUE, POOL_MAX);
+    g_assert_cmpuint(kept, <=, POOL_MAX);
+    long_stop(d);
+}
+
 /*
  * A queue may only have so many requests in flight (x-max-in-flight here;
  * by default what coroutine stacks allow): with 512 writes made available
@@ -1282,6 +1375,8 @@ int main(int argc, char **argv)
     qtest_add_data_func("/vblk-io/long-chains-memory/16M",
                         GSIZE_TO_POINTER(16 * MiB), test_long_chains_memory);
     qtest_add_func("/vblk-io/long-chains-parts", test_long_chains_parts);
+    qtest_add_func("/vblk-io/coroutine-pool/failed-plug",
+                   test_coroutine_pool_failed_plug);
     qtest_add_data_func("/vblk-io/device-depth/auto", "", test_device_depth);
     qtest_add_data_func("/vblk-io/device-depth/unlimited",
                         ",aio-max-in-flight=0", test_device_depth);
