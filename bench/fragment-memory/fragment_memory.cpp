@@ -18,12 +18,10 @@
 // hugepages it needs before: this tool only allocates.
 
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <csignal>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>

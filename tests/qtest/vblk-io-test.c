@@ -853,9 +853,9 @@ static unsigned qemu_mappings(VblkDev *d)
  * stack and its guard page) than the default 128, the device's
  * NQ x QUEUE / 2, a batch of 128 over that and two batches in the
  * IOThread (4607), with room for 512 more for other mappings the burst
- * may leave (malloc's).  Ours kept 4480; stock 10.2.2, like ours before,
- * kept all 8192: the failed device's 16 x 1024 / 2 stayed in the pool
- * size.
+ * may leave (malloc's).  Ours kept 4480; before the fix ours kept 8191 and
+ * stock 10.2.2 8192, all of them: the failed device's 16 x 1024 / 2
+ * stayed in the pool size.
  */
 static void test_coroutine_pool_failed_plug(void)
 {
