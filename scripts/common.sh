@@ -39,8 +39,7 @@ tree_dir() {
     vblk) echo "$VBLK_BUILD/qemu" ;;
     stock) echo "$VBLK_BUILD/qemu-stock" ;;
     series) echo "$VBLK_BUILD/qemu-series" ;;
-    ablate) echo "$VBLK_BUILD/qemu-ablate" ;;
-    *) die "unknown tree '$1' (vblk, stock, series or ablate)" ;;
+    *) die "unknown tree '$1' (vblk, stock or series)" ;;
     esac
 }
 
