@@ -57,11 +57,13 @@
 #include "qemu/osdep.h"
 #include <liburing.h>
 #include <sys/resource.h>
+#include "exec/cpu-common.h"
 #include "qemu/bitmap.h"
 #include "qemu/error-report.h"
 #include "qemu/iov.h"
 #include "qemu/lockable.h"
 #include "qemu/main-loop.h"
+#include "qemu/mmap-alloc.h"
 #include "qemu/stats64.h"
 #include "qemu/thread.h"
 #include "block/aio-wait.h"
@@ -594,6 +596,22 @@ static void schedule_pin_locked(void)
         reg.pin_scheduled = true;
         aio_bh_schedule_oneshot(qemu_get_aio_context(), pin_pending_bh, NULL);
     }
+}
+
+/*
+ * Whether the RAM block at @host is backed by pages larger than the
+ * host's: a hugetlbfs file or a memfd with hugetlb=on.  The kernel then
+ * describes each hugepage of a fixed buffer with one bvec; on small pages
+ * it needs one per page, where the pinning path merges physically
+ * contiguous pages.  (qemu_ram_pagesize() has no stub for the tools.)
+ */
+bool uring_fixed_ram_on_hugepages(void *host)
+{
+    ram_addr_t offset;
+    RAMBlock *rb = qemu_ram_block_from_host(host, false, &offset);
+    int fd = rb ? qemu_ram_get_fd(rb) : -1;
+
+    return fd >= 0 && qemu_fd_getpagesize(fd) > qemu_real_host_page_size();
 }
 
 void uring_fixed_register(void *host, size_t size)

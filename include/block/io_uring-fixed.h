@@ -64,6 +64,7 @@ const UringChunk *uring_chunk_prefix(const UringChunkTable *t,
                                      size_t skip, size_t *bytes);
 
 /* Registry, main loop thread with the BQL held */
+bool uring_fixed_ram_on_hugepages(void *host);
 void uring_fixed_register(void *host, size_t size);
 void uring_fixed_unregister(void *host, size_t size);
 
