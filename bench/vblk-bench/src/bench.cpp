@@ -226,7 +226,11 @@ std::vector<std::string> Bench::qemu_args(const GuestMemory& ram) const
                    ",mem-path=" + ram.path() + ",share=on",
     };
     if (options_.iothread) {
-        args.insert(args.end(), {"-object", "iothread,id=io0"});
+        std::string spec = "iothread,id=io0";
+        if (!options_.iothread_opts.empty()) {
+            spec += "," + options_.iothread_opts;
+        }
+        args.insert(args.end(), {"-object", spec});
     }
     args.insert(args.end(), {"-blockdev", blockdev_spec(), "-device", device});
     args.insert(args.end(), options_.qemu_args.begin(), options_.qemu_args.end());

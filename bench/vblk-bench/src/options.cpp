@@ -99,6 +99,8 @@ QEMU:
   --fixed-buffers on|off aio-fixed-buffers=on (vblk-uring's QEMU only) [off]
   --cache-direct on|off  O_DIRECT on the target [on]
   --iothread on|off      serve the device from an iothread [on]
+  --iothread-opts OPTS   appended to -object iothread,id=io0 (e.g.
+                         poll-max-ns=0)
   --blockdev SPEC        use this -blockdev (node-name=disk0) instead
   --blockdev-opts OPTS   appended to the generated -blockdev
   --device-opts OPTS     appended to -device virtio-blk-pci,...
@@ -161,6 +163,7 @@ bool parse_options(int argc, const char* const* argv, Options& options,
         {"--fixed-buffers", [&](auto& v) { options.fixed_buffers = need_on_off("--fixed-buffers", v); }},
         {"--cache-direct", [&](auto& v) { options.cache_direct = need_on_off("--cache-direct", v); }},
         {"--iothread", [&](auto& v) { options.iothread = need_on_off("--iothread", v); }},
+        {"--iothread-opts", [&](auto& v) { options.iothread_opts = v; }},
         {"--blockdev", [&](auto& v) { options.blockdev = v; }},
         {"--blockdev-opts", [&](auto& v) { options.blockdev_opts = v; }},
         {"--device-opts", [&](auto& v) { options.device_opts = v; }},

@@ -17,6 +17,7 @@ struct Options {
     bool fixed_buffers = false;
     bool cache_direct = true;
     bool iothread = true;
+    std::string iothread_opts;          // appended to -object iothread
     std::string blockdev;               // replaces the generated -blockdev
     std::string blockdev_opts;          // appended to the generated -blockdev
     std::string device_opts;            // appended to -device virtio-blk-pci
