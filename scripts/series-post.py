@@ -3,13 +3,20 @@
 
     series-post.py ROOT PATCHES_DIR
     series-post.py --meson FILE TEST...
+    series-post.py --groups PATCHES_DIR
+    series-post.py --reheader OLD_SERIES NEW_SERIES
+    series-post.py --cover COVER_PATCH COVERS_DIR NAME TO_FILE NEEDS...
 
 Prints one line per patch of patches/series, in order: the patch's file
 name, then the overlay files that the posted form of that patch adds
 (tab-separated), each followed by a line "tests" and the tests that
 exist from that patch on.  scripts/qemu-tree post reads it.  With
 --meson, prints a tests' meson.build with the entries of the named tests
-only.
+only.  With --groups, prints the series of patches/series (its '#= NAME
+NEEDS...' lines), one line each: name, first and last patch, and every
+series it applies on.  With --reheader, prints NEW_SERIES (as export
+wrote it) with the comments and '#=' lines of OLD_SERIES put back.  With
+--cover, fills in the cover letter of series NAME.
 
 A new file enters with the first patch that needs it:
   - a C file, with the first patch whose added lines name it in the
@@ -202,7 +209,111 @@ def main():
         print("# with the last patch, asked for by none: " + " ".join(late), file=sys.stderr)
 
 
+GROUP_RE = re.compile(r"^#=\s*(\S+)((?:\s+\S+)*)\s*$")
+
+
+def groups(lines):
+    """[(name, needs, [patch, ...])] of patches/series' lines: a line
+    '#= NAME NEEDS...' starts a series; NEEDS name earlier series"""
+    out = []
+    for n, line in enumerate(lines, 1):
+        m = GROUP_RE.match(line)
+        if m:
+            needs = m.group(2).split()
+            known = [g[0] for g in out]
+            for d in needs:
+                if d not in known:
+                    sys.exit(f"patches/series:{n}: series {m.group(1)} needs '{d}', "
+                             "which is not an earlier series")
+            out.append((m.group(1), needs, []))
+            continue
+        patch = line.split("#")[0].strip()
+        if patch:
+            if not out:
+                sys.exit(f"patches/series:{n}: {patch} is in no series "
+                         "(a '#= NAME' line must come first)")
+            out[-1][2].append(patch)
+    return out
+
+
+def closure(name, table):
+    """The series @name applies on, all of them, in the file's order"""
+    want, todo = set(), list(table[name])
+    while todo:
+        d = todo.pop()
+        if d not in want:
+            want.add(d)
+            todo.extend(table[d])
+    return want
+
+
+def print_groups():
+    """NAME<TAB>FIRST<TAB>LAST<TAB>NEEDS... (1-based patch numbers in the
+    whole series; NEEDS with what they need in turn, in posting order)"""
+    gs = groups(read(os.path.join(PATCHES, "series")).splitlines())
+    table = {g[0]: g[1] for g in gs}
+    n = 0
+    for name, _, patches in gs:
+        if not patches:
+            sys.exit(f"patches/series: series {name} has no patches")
+        needs = closure(name, table)
+        print("\t".join([name, str(n + 1), str(n + len(patches))] +
+                        [g[0] for g in gs if g[0] in needs]))
+        n += len(patches)
+
+
+def stem(patch):
+    """A patch file's name without its number: what export keeps"""
+    return re.sub(r"^\d{4}-", "", patch)
+
+
+def reheader(old, new):
+    """patches/series @new as 'git format-patch' wrote it, with the
+    comments and '#=' lines of @old put back before the same patches"""
+    before, pending = {}, []
+    for line in read(old).splitlines():
+        patch = line.split("#")[0].strip()
+        if patch:
+            before[stem(patch)] = pending
+            pending = []
+        else:
+            pending.append(line)
+    out = []
+    for patch in read(new).split():
+        out += before.pop(stem(patch), [])
+        out.append(patch)
+    lost = [l for ls in before.values() for l in ls if GROUP_RE.match(l)] + \
+        [l for l in pending if GROUP_RE.match(l)]
+    if lost:
+        sys.exit("patches/series: the patch that started " + ", ".join(lost) +
+                 " is gone or renamed; put the line back by hand")
+    sys.stdout.write("\n".join(out + pending) + "\n")
+
+
+def cover(path, covers, name, to, needs):
+    """Fill in git format-patch's cover letter @path from @covers/@name
+    (subject line, then the text), name the series it applies on, and
+    copy the addresses of the file @to into Cc: headers"""
+    subject, blurb = read(os.path.join(covers, name)).split("\n", 1)
+    based = "".join("Based-on: %s (series '%s')\n"
+                    % (read(os.path.join(covers, n)).split("\n", 1)[0].strip(), n)
+                    for n in needs)
+    body = read(path).replace("*** SUBJECT HERE ***", subject.strip())
+    body = body.replace("*** BLURB HERE ***",
+                        blurb.strip() + ("\n\n" + based.rstrip() if based else ""))
+    head, sep, rest = body.partition("\n\n")
+    cc = "".join("\nCc: " + a for a in read(to).splitlines() if a.strip())
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(head + cc + sep + rest)
+
+
 if sys.argv[1] == "--meson":
     sys.stdout.write(cut_meson(sys.argv[2], set(sys.argv[3:])))
+elif sys.argv[1] == "--groups":
+    print_groups()
+elif sys.argv[1] == "--reheader":
+    reheader(sys.argv[2], sys.argv[3])
+elif sys.argv[1] == "--cover":
+    cover(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:])
 else:
     main()
