@@ -8,15 +8,6 @@
 #include "qemu/osdep.h"
 #include "block/io_uring-fixed.h"
 
-const char *const uring_fallback_reason_names[URING_FALLBACK__MAX] = {
-    [URING_FALLBACK_UNREGISTERED] = "unregistered",
-    [URING_FALLBACK_CROSSES_CHUNK] = "crosses-chunk",
-    [URING_FALLBACK_NOT_PINNED] = "not-pinned",
-    [URING_FALLBACK_NO_VECTORED] = "no-vectored-fixed",
-    [URING_FALLBACK_RING_DISABLED] = "ring-disabled",
-    [URING_FALLBACK_EFAULT] = "efault",
-};
-
 size_t uring_chunk_count(uintptr_t start, size_t len)
 {
     uint64_t first, last;
@@ -90,7 +81,7 @@ static bool chunk_holds(const UringChunk *c, const struct iovec *iov)
  */
 const UringChunk *uring_chunk_for_iov(const UringChunkTable *t,
                                       const struct iovec *iov, int niov,
-                                      UringFallbackReason *why)
+                                      IoUringFallbackReason *why)
 {
     const UringChunk *c = NULL;
     int i;
@@ -102,7 +93,7 @@ const UringChunk *uring_chunk_for_iov(const UringChunkTable *t,
         if (!c) {
             c = uring_chunk_find(t, (uintptr_t)iov[i].iov_base);
             if (!c) {
-                *why = URING_FALLBACK_UNREGISTERED;
+                *why = IO_URING_FALLBACK_REASON_UNREGISTERED;
                 return NULL;
             }
         }
@@ -110,13 +101,16 @@ const UringChunk *uring_chunk_for_iov(const UringChunkTable *t,
             uintptr_t base = (uintptr_t)iov[i].iov_base;
             uintptr_t last = base + iov[i].iov_len - 1;
 
-            *why = uring_chunk_find(t, base) && uring_chunk_find(t, last) ?
-                   URING_FALLBACK_CROSSES_CHUNK : URING_FALLBACK_UNREGISTERED;
+            if (uring_chunk_find(t, base) && uring_chunk_find(t, last)) {
+                *why = IO_URING_FALLBACK_REASON_CROSSES_CHUNK;
+            } else {
+                *why = IO_URING_FALLBACK_REASON_UNREGISTERED;
+            }
             return NULL;
         }
     }
     if (!c) {
-        *why = URING_FALLBACK_UNREGISTERED; /* nothing to transfer */
+        *why = IO_URING_FALLBACK_REASON_UNREGISTERED; /* nothing to transfer */
     }
     return c;
 }

@@ -41,20 +41,24 @@ static char *ring_name(AioContext *ctx)
         return g_strdup("iohandler");
     }
     object_child_foreach(object_get_objects_root(), find_iothread, &n);
-    return n.name ? g_strdup(n.name) : g_strdup_printf("aio-context-%p", ctx);
+    /* Never an address: QMP output must not reveal QEMU's memory layout */
+    return g_strdup(n.name ?: "unnamed");
 }
 
-static IoUringFallbacks *fallbacks_info(const uint64_t *f)
+/* Every reason, in the enum's order, zero counts included */
+static IoUringFallbackCountList *fallbacks_info(const uint64_t *f)
 {
-    IoUringFallbacks *info = g_new0(IoUringFallbacks, 1);
+    IoUringFallbackCountList *list = NULL, **tail = &list;
+    IoUringFallbackReason why;
 
-    info->unregistered = f[URING_FALLBACK_UNREGISTERED];
-    info->crosses_chunk = f[URING_FALLBACK_CROSSES_CHUNK];
-    info->not_pinned = f[URING_FALLBACK_NOT_PINNED];
-    info->no_vectored_fixed = f[URING_FALLBACK_NO_VECTORED];
-    info->ring_disabled = f[URING_FALLBACK_RING_DISABLED];
-    info->efault = f[URING_FALLBACK_EFAULT];
-    return info;
+    for (why = 0; why < IO_URING_FALLBACK_REASON__MAX; why++) {
+        IoUringFallbackCount *count = g_new0(IoUringFallbackCount, 1);
+
+        count->reason = why;
+        count->count = f[why];
+        QAPI_LIST_APPEND(tail, count);
+    }
+    return list;
 }
 
 static IoUringRingInfo *ring_info(const UringRingStats *s)
@@ -144,20 +148,21 @@ void hmp_info_io_uring_buffers(Monitor *mon, const QDict *qdict)
     }
     for (r = info->rings; r; r = r->next) {
         IoUringRingInfo *ring = r->value;
-        IoUringFallbacks *f = ring->fallbacks;
+        IoUringFallbackCountList *f;
 
         monitor_printf(mon, "ring %s: %u chunks, %" PRIu64 " bytes%s%s%s\n"
                        "  fixed reads %" PRIu64 " writes %" PRIu64 "\n"
-                       "  fallbacks: unregistered %" PRIu64
-                       " crosses-chunk %" PRIu64 " not-pinned %" PRIu64
-                       " no-vectored-fixed %" PRIu64 " ring-disabled %" PRIu64
-                       " efault %" PRIu64 "\n",
+                       "  fallbacks:",
                        ring->name, ring->chunks, ring->bytes,
                        ring->cloned ? ", cloned" : "",
                        ring->synced ? "" : ", not synced",
                        ring->disabled_reason ? ", disabled" : "",
-                       ring->fixed_reads, ring->fixed_writes,
-                       f->unregistered, f->crosses_chunk, f->not_pinned,
-                       f->no_vectored_fixed, f->ring_disabled, f->efault);
+                       ring->fixed_reads, ring->fixed_writes);
+        for (f = ring->fallbacks; f; f = f->next) {
+            monitor_printf(mon, " %s %" PRIu64,
+                           IoUringFallbackReason_str(f->value->reason),
+                           f->value->count);
+        }
+        monitor_printf(mon, "\n");
     }
 }

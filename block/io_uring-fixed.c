@@ -113,7 +113,7 @@ struct UringFixedRing {
     unsigned long *refused;
     Stat64 fixed_reads;
     Stat64 fixed_writes;
-    Stat64 fallbacks[URING_FALLBACK__MAX];
+    Stat64 fallbacks[IO_URING_FALLBACK_REASON__MAX];
     QLIST_ENTRY(UringFixedRing) next;
 };
 
@@ -974,26 +974,26 @@ static void ring_sync(struct UringFixedRing *ring)
 
 /* @ctx's ring, in step with the registry, or NULL if it is disabled */
 static struct UringFixedRing *ring_ready(AioContext *ctx,
-                                         UringFallbackReason *why)
+                                         IoUringFallbackReason *why)
 {
     struct UringFixedRing *ring = ring_get(ctx);
 
     if (unlikely(!ring)) {
-        *why = URING_FALLBACK_RING_DISABLED;
+        *why = IO_URING_FALLBACK_REASON_RING_DISABLED;
         return NULL;
     }
     if (unlikely(qatomic_load_acquire(&reg.generation) != ring->generation)) {
         ring_sync(ring);
     }
     if (unlikely(ring->disabled_reason)) {
-        *why = URING_FALLBACK_RING_DISABLED;
+        *why = IO_URING_FALLBACK_REASON_RING_DISABLED;
         return NULL;
     }
     return ring;
 }
 
 int uring_fixed_lookup(AioContext *ctx, const struct iovec *iov, int niov,
-                       UringFallbackReason *why)
+                       IoUringFallbackReason *why)
 {
     struct UringFixedRing *ring = ring_ready(ctx, why);
     const UringChunk *c;
@@ -1006,11 +1006,11 @@ int uring_fixed_lookup(AioContext *ctx, const struct iovec *iov, int niov,
         return -1;
     }
     if (!ring_can_use(ring, c)) {
-        *why = URING_FALLBACK_NOT_PINNED;
+        *why = IO_URING_FALLBACK_REASON_NOT_PINNED;
         return -1;
     }
     if (niov > 1 && !qatomic_read(&reg.can_vectored)) {
-        *why = URING_FALLBACK_NO_VECTORED;
+        *why = IO_URING_FALLBACK_REASON_NO_VECTORED_FIXED;
         return -1;
     }
     return c->slot;
@@ -1023,29 +1023,29 @@ int uring_fixed_lookup(AioContext *ctx, const struct iovec *iov, int niov,
  */
 static int lookup_prefix(struct UringFixedRing *ring, const struct iovec *iov,
                          int niov, size_t skip, size_t *bytes,
-                         UringFallbackReason *why)
+                         IoUringFallbackReason *why)
 {
     const UringChunk *c = uring_chunk_prefix(ring->table, iov, niov, skip,
                                              bytes);
 
     if (!c) {
-        *why = URING_FALLBACK_UNREGISTERED;
+        *why = IO_URING_FALLBACK_REASON_UNREGISTERED;
         return -1;
     }
     if (!ring_can_use(ring, c)) {
-        *why = URING_FALLBACK_NOT_PINNED;
+        *why = IO_URING_FALLBACK_REASON_NOT_PINNED;
         return -1;
     }
     /* More than the rest of iov[0]: a vectored operation */
     if (*bytes > iov[0].iov_len - skip && !qatomic_read(&reg.can_vectored)) {
-        *why = URING_FALLBACK_NO_VECTORED;
+        *why = IO_URING_FALLBACK_REASON_NO_VECTORED_FIXED;
         return -1;
     }
     return c->slot;
 }
 
 bool uring_fixed_cut(AioContext *ctx, const struct iovec *iov, int niov,
-                     GArray *cuts, UringFallbackReason *why)
+                     GArray *cuts, IoUringFallbackReason *why)
 {
     struct UringFixedRing *ring = ring_ready(ctx, why);
     size_t total = iov_size(iov, niov);
@@ -1076,7 +1076,7 @@ void uring_fixed_count_fixed(AioContext *ctx, bool write)
     }
 }
 
-void uring_fixed_count_fallback(AioContext *ctx, UringFallbackReason why)
+void uring_fixed_count_fallback(AioContext *ctx, IoUringFallbackReason why)
 {
     struct UringFixedRing *ring = ring_get(ctx);
 
@@ -1128,7 +1128,7 @@ GPtrArray *uring_fixed_ring_stats(void)
         ring_usable_chunks(ring, &s->chunks, &s->bytes);
         s->fixed_reads = stat64_get(&ring->fixed_reads);
         s->fixed_writes = stat64_get(&ring->fixed_writes);
-        for (i = 0; i < URING_FALLBACK__MAX; i++) {
+        for (i = 0; i < IO_URING_FALLBACK_REASON__MAX; i++) {
             s->fallbacks[i] = stat64_get(&ring->fallbacks[i]);
         }
         g_ptr_array_add(all, s);

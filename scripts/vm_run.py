@@ -176,8 +176,8 @@ def device_report(q, a, seen):
               f"registered, {info['pinned-bytes'] >> 20} MiB pinned, "
               f"{len(info['chunks'])} chunks")
         for ring in info["rings"]:
-            fb = ", ".join(f"{k} {v}" for k, v in ring["fallbacks"].items()
-                           if v)
+            fb = ", ".join(f"{f['reason']} {f['count']}"
+                           for f in ring["fallbacks"] if f["count"])
             print(f"  ring {ring['name']}: fixed reads {ring['fixed-reads']}, "
                   f"fixed writes {ring['fixed-writes']}, "
                   f"fallbacks: {fb or 'none'}")

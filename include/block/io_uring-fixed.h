@@ -13,24 +13,13 @@
 #define BLOCK_IO_URING_FIXED_H
 
 #include "block/aio.h"
+#include "qapi/qapi-types-io-uring.h"
 
 /* The kernel's limit for one registered buffer (io_uring/rsrc.c) */
 #define URING_CHUNK_MAX (1ULL << 30)
 
 /* The kernel's limit for the number of registered buffers */
 #define URING_SLOTS_MAX 16384
-
-typedef enum {
-    URING_FALLBACK_UNREGISTERED,    /* some iovec is in no chunk */
-    URING_FALLBACK_CROSSES_CHUNK,   /* the iovecs span several chunks */
-    URING_FALLBACK_NOT_PINNED,      /* the chunk is not pinned (yet) */
-    URING_FALLBACK_NO_VECTORED,     /* several iovecs, kernel < 6.15 */
-    URING_FALLBACK_RING_DISABLED,   /* this ring could not take buffers */
-    URING_FALLBACK_EFAULT,          /* the kernel refused the fixed op */
-    URING_FALLBACK__MAX,
-} UringFallbackReason;
-
-extern const char *const uring_fallback_reason_names[URING_FALLBACK__MAX];
 
 /*
  * One piece of a registered range: never more than 1 GiB, never across
@@ -51,14 +40,14 @@ typedef struct UringChunkTable {
     UringChunk chunks[];
 } UringChunkTable;
 
-/* Pure helpers (util/io_uring-chunks.c) */
+/* Pure helpers (block/io_uring-chunks.c) */
 size_t uring_chunk_count(uintptr_t start, size_t len);
 size_t uring_chunk_split(uintptr_t start, size_t len,
                          UringChunk *out, size_t max);
 const UringChunk *uring_chunk_find(const UringChunkTable *t, uintptr_t addr);
 const UringChunk *uring_chunk_for_iov(const UringChunkTable *t,
                                       const struct iovec *iov, int niov,
-                                      UringFallbackReason *why);
+                                      IoUringFallbackReason *why);
 const UringChunk *uring_chunk_prefix(const UringChunkTable *t,
                                      const struct iovec *iov, int niov,
                                      size_t skip, size_t *bytes);
@@ -73,7 +62,7 @@ void uring_fixed_unregister(void *host, size_t size);
  * covers all of @iov, or -1 with the reason in @why.
  */
 int uring_fixed_lookup(AioContext *ctx, const struct iovec *iov, int niov,
-                       UringFallbackReason *why);
+                       IoUringFallbackReason *why);
 /* One part of a request cut by chunk: bytes @pos to @pos + @bytes of it */
 typedef struct UringCut {
     size_t pos;
@@ -83,14 +72,15 @@ typedef struct UringCut {
 
 /*
  * Per request whose pieces lie in several chunks (uring_fixed_lookup()
- * said URING_FALLBACK_CROSSES_CHUNK): cut @iov into one part per run of
- * pieces in the same chunk, appended to @cuts (a GArray of UringCut).
+ * said IO_URING_FALLBACK_REASON_CROSSES_CHUNK): cut @iov into one part
+ * per run of pieces in the same chunk, appended to @cuts (a GArray of
+ * UringCut).
  * False, with the reason in @why, if some part cannot go fixed.
  */
 bool uring_fixed_cut(AioContext *ctx, const struct iovec *iov, int niov,
-                     GArray *cuts, UringFallbackReason *why);
+                     GArray *cuts, IoUringFallbackReason *why);
 void uring_fixed_count_fixed(AioContext *ctx, bool write);
-void uring_fixed_count_fallback(AioContext *ctx, UringFallbackReason why);
+void uring_fixed_count_fallback(AioContext *ctx, IoUringFallbackReason why);
 
 /* Fill @sqe with READ(V)_FIXED or WRITE(V)_FIXED on buffer @buf_index */
 struct io_uring_sqe;
@@ -106,7 +96,7 @@ typedef struct UringRingStats {
     unsigned chunks;        /* usable by this ring */
     uint64_t bytes;
     uint64_t fixed_reads, fixed_writes;
-    uint64_t fallbacks[URING_FALLBACK__MAX];
+    uint64_t fallbacks[IO_URING_FALLBACK_REASON__MAX];
 } UringRingStats;
 
 /* Snapshots for monitoring; free with the matching functions */

@@ -1020,7 +1020,16 @@ QDict *vblk_fixed_ring(QDict *info, const char *name)
 
 uint64_t vblk_ring_fallbacks(QDict *ring, const char *reason)
 {
-    return qdict_get_int(qdict_get_qdict(ring, "fallbacks"), reason);
+    QListEntry *e;
+
+    QLIST_FOREACH_ENTRY(qdict_get_qlist(ring, "fallbacks"), e) {
+        QDict *f = qobject_to(QDict, qlist_entry_obj(e));
+
+        if (g_str_equal(qdict_get_str(f, "reason"), reason)) {
+            return qdict_get_uint(f, "count");
+        }
+    }
+    g_error("no fallback count for reason '%s'", reason);
 }
 
 static long read_long(const char *path)

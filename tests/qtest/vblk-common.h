@@ -224,6 +224,7 @@ QDict *vblk_fixed_info(VblkDev *d);
 void vblk_wait_pinned(QTestState *qts);
 /* The ring named @name in @info, or NULL */
 QDict *vblk_fixed_ring(QDict *info, const char *name);
+/* How many requests of @ring went the normal way for @reason */
 uint64_t vblk_ring_fallbacks(QDict *ring, const char *reason);
 
 /*

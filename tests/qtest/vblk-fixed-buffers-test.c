@@ -195,6 +195,29 @@ static void run_shapes(VblkDev *d, unsigned q, uint64_t gpa,
     *reads += ARRAY_SIZE(io_shapes);
 }
 
+/* Every IoUringFallbackReason, in its order */
+static const char *const fallback_reasons[] = {
+    "unregistered", "crosses-chunk", "not-pinned", "no-vectored-fixed",
+    "ring-disabled", "efault",
+};
+
+/* A ring's fallbacks list every reason once, in order, zero or not */
+static void assert_fallbacks_listed(QDict *ring)
+{
+    QListEntry *e;
+    int k = 0;
+
+    QLIST_FOREACH_ENTRY(qdict_get_qlist(ring, "fallbacks"), e) {
+        QDict *f = qobject_to(QDict, qlist_entry_obj(e));
+
+        g_assert_cmpint(k, <, ARRAY_SIZE(fallback_reasons));
+        g_assert_cmpstr(qdict_get_str(f, "reason"), ==, fallback_reasons[k]);
+        g_assert_true(qdict_haskey(f, "count"));
+        k++;
+    }
+    g_assert_cmpint(k, ==, ARRAY_SIZE(fallback_reasons));
+}
+
 static void assert_ring(QDict *info, const char *name, int reads, int writes)
 {
     QDict *ring = vblk_fixed_ring(info, name);
@@ -204,6 +227,7 @@ static void assert_ring(QDict *info, const char *name, int reads, int writes)
                    qobject_to_json(QOBJECT(ring))->str);
     g_assert_true(qdict_get_bool(ring, "synced"));
     g_assert_false(qdict_haskey(ring, "disabled-reason"));
+    assert_fallbacks_listed(ring);
     g_assert_cmpint(qdict_get_int(ring, "fixed-reads"), ==, reads);
     g_assert_cmpint(qdict_get_int(ring, "fixed-writes"), ==, writes);
     g_assert_cmpint(vblk_ring_fallbacks(ring, "unregistered"), ==, 0);
@@ -513,12 +537,6 @@ static void test_ramblock_boundary(void)
     qobject_unref(info);
     vblk_stop(d);
 }
-
-/* Every reason of IoUringFallbacks */
-static const char *const fallback_reasons[] = {
-    "unregistered", "crosses-chunk", "not-pinned", "no-vectored-fixed",
-    "ring-disabled", "efault",
-};
 
 /*
  * Wherever the pieces of a request lie in guest RAM, it goes fixed: a

@@ -89,7 +89,7 @@ static void *at(uint64_t addr)
 static void test_for_iov(void)
 {
     g_autofree UringChunkTable *t = make_table();
-    UringFallbackReason why = URING_FALLBACK__MAX;
+    IoUringFallbackReason why = IO_URING_FALLBACK_REASON__MAX;
     uint64_t end0 = BASE + GiB;
     struct iovec iov[3];
 
@@ -100,13 +100,13 @@ static void test_for_iov(void)
     /* One byte more crosses into the next chunk */
     iov[0].iov_len = 8193;
     g_assert_null(uring_chunk_for_iov(t, iov, 1, &why));
-    g_assert_cmpint(why, ==, URING_FALLBACK_CROSSES_CHUNK);
+    g_assert_cmpint(why, ==, IO_URING_FALLBACK_REASON_CROSSES_CHUNK);
 
     /* Segments on both sides of a chunk boundary */
     iov[0] = (struct iovec) { at(end0 - 4096), 4096 };
     iov[1] = (struct iovec) { at(end0), 4096 };
     g_assert_null(uring_chunk_for_iov(t, iov, 2, &why));
-    g_assert_cmpint(why, ==, URING_FALLBACK_CROSSES_CHUNK);
+    g_assert_cmpint(why, ==, IO_URING_FALLBACK_REASON_CROSSES_CHUNK);
 
     /* Several segments in one chunk, in any order */
     iov[0] = (struct iovec) { at(end0 + 8192), 512 };
@@ -117,14 +117,14 @@ static void test_for_iov(void)
     /* Running off the end of a chunk into nothing */
     iov[0] = (struct iovec) { at(end0 + 192 * MiB - 512), 1024 };
     g_assert_null(uring_chunk_for_iov(t, iov, 1, &why));
-    g_assert_cmpint(why, ==, URING_FALLBACK_UNREGISTERED);
+    g_assert_cmpint(why, ==, IO_URING_FALLBACK_REASON_UNREGISTERED);
 
     /* Memory nobody registered */
     iov[0] = (struct iovec) { at(BASE), 4096 };
     g_assert_null(uring_chunk_for_iov(t, iov, 1, &why));
-    g_assert_cmpint(why, ==, URING_FALLBACK_UNREGISTERED);
+    g_assert_cmpint(why, ==, IO_URING_FALLBACK_REASON_UNREGISTERED);
     g_assert_null(uring_chunk_for_iov(NULL, iov, 1, &why));
-    g_assert_cmpint(why, ==, URING_FALLBACK_UNREGISTERED);
+    g_assert_cmpint(why, ==, IO_URING_FALLBACK_REASON_UNREGISTERED);
 
     /* Zero-length entries do not count, wherever they point */
     iov[0] = (struct iovec) { at(BASE), 0 };
@@ -135,7 +135,7 @@ static void test_for_iov(void)
     /* ... and nothing to transfer is nothing to register */
     iov[1].iov_len = 0;
     g_assert_null(uring_chunk_for_iov(t, iov, 3, &why));
-    g_assert_cmpint(why, ==, URING_FALLBACK_UNREGISTERED);
+    g_assert_cmpint(why, ==, IO_URING_FALLBACK_REASON_UNREGISTERED);
 }
 
 /*
