@@ -49,20 +49,12 @@ Json fixed_summary(const Json& info)
         if (!ring.contains("fallbacks")) {
             continue;
         }
-        // A list of {reason, count}; an object keyed by reason before that
-        const Json& list = ring["fallbacks"];
-        auto add = [&](const std::string& reason, uint64_t n) {
+        // A list of {reason, count}, every reason once
+        for (const Json& f : ring["fallbacks"]) {
+            std::string reason = f.at("reason").get<std::string>();
+            uint64_t n = f.at("count").get<uint64_t>();
             fallbacks += n;
             by_reason[reason] = by_reason.value(reason, 0ull) + n;
-        };
-        if (list.is_object()) {
-            for (const auto& [reason, count] : list.items()) {
-                add(reason, count.get<uint64_t>());
-            }
-            continue;
-        }
-        for (const Json& f : list) {
-            add(f.at("reason").get<std::string>(), f.at("count").get<uint64_t>());
         }
     }
     return {{"fixed_reads", reads}, {"fixed_writes", writes},
