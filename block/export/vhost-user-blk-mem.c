@@ -1,0 +1,210 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * vhost-user-blk export: the frontend's memory as registered buffers
+ *
+ * The frontend's memory table (SET_MEM_TABLE, ADD_MEM_REG, REM_MEM_REG)
+ * says which guest memory the export maps.  The export registers each
+ * region with its BlockBackend (blk_register_buf()), as a device model
+ * registers guest RAM (BlockRAMRegistrar); file-posix with
+ * aio-fixed-buffers then reads and writes it through io_uring fixed
+ * buffers.
+ *
+ * A registered buffer must go before its memory is unmapped: the kernel
+ * keeps the pages it pinned, and a new mapping at the same address would
+ * be read and written through the old pages.  So before a memory table
+ * message, and before the connection's memory goes (vu_deinit()), the
+ * export stops popping requests, waits for those in flight and
+ * unregisters every region.  After the message it registers the new
+ * table and pops requests again, from every started queue, since kicks
+ * that came meanwhile were not served.
+ *
+ * Threads.  Everything here runs in the export's AioContext: in the
+ * connection's coroutine (messages, the end of the connection), in its
+ * kick handlers, and in the coroutine that registers a new table, which
+ * counts as a request in flight so that the next change waits for it.
+ * blk_register_buf() and blk_unregister_buf() want the main loop thread
+ * with the BQL: a coroutine has a main loop BH call them and waits.
+ */
+
+#include "qemu/osdep.h"
+#include "qemu/error-report.h"
+#include "qemu/main-loop.h"
+#include "qapi/error.h"
+#include "system/block-backend.h"
+#include "subprojects/libvhost-user/libvhost-user.h"
+#include "vhost-user-blk-mem.h"
+#ifdef CONFIG_LINUX_IO_URING
+#include "block/io_uring-fixed.h"
+#endif
+
+void vu_blk_mem_init(VuBlkMem *mem, VuServer *server, BlockBackend *blk)
+{
+    *mem = (VuBlkMem) {
+        .server = server,
+        .blk = blk,
+        .regs = g_array_new(false, false, sizeof(struct iovec)),
+    };
+}
+
+void vu_blk_mem_cleanup(VuBlkMem *mem)
+{
+    /* The connection's end released everything */
+    assert(!mem->regs->len);
+    g_array_free(mem->regs, true);
+}
+
+typedef struct {
+    BlockBackend *blk;
+    GArray *regs;
+    bool add;
+    Coroutine *co;
+} MainLoopWork;
+
+static void vu_blk_mem_main_bh(void *opaque)
+{
+    MainLoopWork *w = opaque;
+    Error *local_err = NULL;
+    unsigned i;
+
+    GLOBAL_STATE_CODE();
+    for (i = 0; i < w->regs->len; i++) {
+        struct iovec *r = &g_array_index(w->regs, struct iovec, i);
+
+        if (!w->add) {
+            blk_unregister_buf(w->blk, r->iov_base, r->iov_len);
+        } else if (!blk_register_buf(w->blk, r->iov_base, r->iov_len,
+                                     &local_err)) {
+            warn_reportf_err(local_err, "vhost-user-blk export: guest "
+                             "memory at %p not registered: ", r->iov_base);
+            local_err = NULL;
+            g_array_remove_index(w->regs, i--);
+        }
+    }
+    aio_co_wake(w->co);
+}
+
+/* (Un)register @regs in the main loop; on return, @regs is what is */
+static void coroutine_fn vu_blk_mem_in_main_loop(VuBlkMem *mem, GArray *regs,
+                                                 bool add)
+{
+    MainLoopWork w = {
+        .blk = mem->blk,
+        .regs = regs,
+        .add = add,
+        .co = qemu_coroutine_self(),
+    };
+
+    aio_bh_schedule_oneshot(qemu_get_aio_context(), vu_blk_mem_main_bh, &w);
+    qemu_coroutine_yield();
+}
+
+/*
+ * Registering pins memory in the background (block/io_uring-fixed.c);
+ * what a queue reads or writes before that goes without fixed buffers.
+ * As a machine's RAM is pinned before its guest runs, wait a while.
+ */
+static void coroutine_fn vu_blk_mem_wait_pinned(void)
+{
+#ifdef CONFIG_LINUX_IO_URING
+    int64_t deadline = qemu_clock_get_ms(QEMU_CLOCK_REALTIME) + 10000;
+
+    while (uring_fixed_pinning() &&
+           qemu_clock_get_ms(QEMU_CLOCK_REALTIME) < deadline) {
+        qemu_co_sleep_ns(QEMU_CLOCK_REALTIME, SCALE_MS);
+    }
+#endif
+}
+
+/* Serve every started queue: kicks that came while stopped were not */
+static void vu_blk_mem_restart_queues(VuDev *dev)
+{
+    int i;
+
+    for (i = 0; dev->vq && i < dev->max_queues; i++) {
+        VuVirtq *vq = vu_get_queue(dev, i);
+
+        if (vq->handler && vu_queue_started(dev, vq)) {
+            vq->handler(dev, i);
+        }
+    }
+}
+
+static void coroutine_fn vu_blk_mem_register_co(void *opaque)
+{
+    VuBlkMem *mem = opaque;
+    VuDev *dev = &mem->server->vu_dev;
+    unsigned i;
+
+    assert(!mem->regs->len);
+    for (i = 0; dev->regions && i < dev->nregions; i++) {
+        VuDevRegion *r = &dev->regions[i];
+        struct iovec iov = {
+            .iov_base = (void *)(uintptr_t)(r->mmap_addr + r->mmap_offset),
+            .iov_len = r->size,
+        };
+
+        g_array_append_val(mem->regs, iov);
+    }
+    if (mem->regs->len) {
+        vu_blk_mem_in_main_loop(mem, mem->regs, true);
+        vu_blk_mem_wait_pinned();
+    }
+    if (!mem->releasing) {
+        mem->stopped = false;
+        vu_blk_mem_restart_queues(dev);
+    }
+    vhost_user_server_dec_in_flight(mem->server);
+}
+
+static void vu_blk_mem_register_bh(void *opaque)
+{
+    VuBlkMem *mem = opaque;
+
+    mem->register_scheduled = false;
+    if (mem->releasing) {
+        return; /* a new change schedules us again when it is done */
+    }
+    vhost_user_server_inc_in_flight(mem->server);
+    qemu_coroutine_enter(qemu_coroutine_create(vu_blk_mem_register_co, mem));
+}
+
+void coroutine_fn vu_blk_mem_release(VuBlkMem *mem)
+{
+    VuServer *server = mem->server;
+
+    mem->stopped = true;
+    mem->releasing = true;
+    while (vhost_user_server_has_in_flight(server)) {
+        assert(qemu_coroutine_self() == server->co_trip);
+        server->wait_idle = true;
+        qemu_coroutine_yield();
+        server->wait_idle = false;
+    }
+    if (mem->regs->len) {
+        vu_blk_mem_in_main_loop(mem, mem->regs, false);
+        g_array_set_size(mem->regs, 0);
+    }
+    mem->releasing = false;
+}
+
+void coroutine_fn vu_blk_mem_before_msg(VuBlkMem *mem, VhostUserMsg *vmsg)
+{
+    switch (vmsg->request) {
+    case VHOST_USER_SET_MEM_TABLE:
+    case VHOST_USER_ADD_MEM_REG:
+    case VHOST_USER_REM_MEM_REG:
+        break;
+    default:
+        return;
+    }
+    vu_blk_mem_release(mem);
+    /*
+     * From here on, libvhost-user handles the message without yielding:
+     * the BH runs once the new table is in place.
+     */
+    if (!mem->register_scheduled) {
+        mem->register_scheduled = true;
+        aio_bh_schedule_oneshot(qemu_get_current_aio_context(),
+                                vu_blk_mem_register_bh, mem);
+    }
+}

@@ -1,0 +1,307 @@
+#!/usr/bin/env python3
+"""Boot the test guest on vhost-user-blk-pci, served by qemu-storage-daemon's
+vhost-user-blk export (io_uring, fixed buffers over the frontend's memory),
+let the guest's fio write and verify, and report what the daemon saw.
+
+Scenarios:
+  plain         one VM, start to power off;
+  kill-restart  a VM is killed (SIGKILL) in the middle of its I/O, then a
+                second VM runs on the same daemon;
+  hotplug       a DIMM is plugged into the VM while its fio runs: the
+                frontend sends a new memory table mid-I/O.
+The daemon must stay up throughout, count fixed reads and writes and no
+fallback, and hold registered exactly the memory of the VM it serves.
+"""
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from qmp import QMP  # noqa: E402
+from vm_run import Console, pick_accel, size_bytes  # noqa: E402
+
+MIB = 1 << 20
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--qemu", required=True)
+    ap.add_argument("--qsd", required=True, help="qemu-storage-daemon")
+    ap.add_argument("--qemu-img", required=True)
+    ap.add_argument("--guest", required=True, help="vmlinuz/initramfs dir")
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--scenario", default="plain",
+                    choices=["plain", "kill-restart", "hotplug"])
+    ap.add_argument("--smp", type=int, default=4)
+    ap.add_argument("--queues", type=int, default=4)
+    ap.add_argument("--queue-size", type=int, default=256)
+    ap.add_argument("--mem", type=int, default=1024, help="MiB")
+    ap.add_argument("--dimm", type=int, default=256, help="MiB (hotplug)")
+    ap.add_argument("--jobs", type=int, default=4)
+    ap.add_argument("--size", default="8m", help="fio region per job")
+    ap.add_argument("--runtime", type=int, default=10, help="seconds")
+    ap.add_argument("--timeout", type=int, default=300, help="seconds a VM")
+    ap.add_argument("--accel", choices=["auto", "kvm", "tcg"], default="auto")
+    ap.add_argument("--quiet", action="store_true")
+    return ap.parse_args()
+
+
+def qsd_command(a, disk, vu_sock, qmp_sock):
+    return [
+        a.qsd,
+        "--object", "iothread,id=io0",
+        "--blockdev", f"file,node-name=disk0,filename={disk},aio=io_uring,"
+                      "cache.direct=on,aio-fixed-buffers=on",
+        "--export", "vhost-user-blk,id=exp0,node-name=disk0,writable=on,"
+                    f"addr.type=unix,addr.path={vu_sock},"
+                    f"num-queues={a.queues},iothread=io0",
+        "--chardev", f"socket,id=qmp0,path={qmp_sock},server=on,wait=off",
+        "--monitor", "chardev=qmp0",
+    ]
+
+
+def vm_command(a, vu_sock, qmp_sock, console, runtime, hotplug):
+    ram = (f"memory-backend-memfd,id=ram0,size={a.mem}M,share=on,"
+           "hugetlb=on,hugetlbsize=2M")
+    mem = f"{a.mem}M"
+    if hotplug:
+        mem += f",slots=2,maxmem={a.mem + 2 * a.dimm}M"
+    append = (f"console=ttyS0 panic=-1 quiet vblk.jobs={a.jobs} "
+              f"vblk.size={a.size} vblk.runtime={runtime}")
+    accel = "kvm" if pick_accel(a.accel) == "kvm" else "tcg,thread=multi"
+    return [
+        a.qemu, "-machine", "q35,memory-backend=ram0",
+        "-accel", accel, "-cpu", "max", "-smp", str(a.smp),
+        "-m", mem, "-object", ram,
+        "-chardev", f"socket,id=vu0,path={vu_sock}",
+        "-device", f"vhost-user-blk-pci,id=vblk0,chardev=vu0,"
+                   f"num-queues={a.queues},queue-size={a.queue_size}",
+        "-kernel", os.path.join(a.guest, "vmlinuz"),
+        "-initrd", os.path.join(a.guest, "initramfs.gz"),
+        "-append", append,
+        "-nodefaults", "-display", "none", "-no-reboot", "-no-shutdown",
+        "-serial", f"file:{console}",
+        "-qmp", f"unix:{qmp_sock},server=on,wait=off",
+    ]
+
+
+class Daemon:
+    """qemu-storage-daemon and what its QMP says of fixed buffers."""
+
+    def __init__(self, a, disk):
+        self.vu_sock = os.path.join(a.workdir, "vhost-user.sock")
+        qmp_sock = os.path.join(a.workdir, "qsd-qmp.sock")
+        for path in (self.vu_sock, qmp_sock):
+            if os.path.exists(path):
+                os.unlink(path)
+        cmd = qsd_command(a, disk, self.vu_sock, qmp_sock)
+        print("$ " + " ".join(cmd), flush=True)
+        self.proc = subprocess.Popen(cmd)
+        self.qmp = QMP(qmp_sock)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(self.vu_sock):
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError("the daemon did not listen")
+            time.sleep(0.05)
+
+    def stats(self):
+        info = self.qmp.cmd("x-query-io-uring-buffers")
+        fixed = sum(r["fixed-reads"] + r["fixed-writes"]
+                    for r in info["rings"])
+        fallbacks = {}
+        for ring in info["rings"]:
+            for f in ring["fallbacks"]:
+                if f["count"]:
+                    fallbacks[f["reason"]] = (fallbacks.get(f["reason"], 0) +
+                                              f["count"])
+        return info["registered-bytes"], fixed, fallbacks
+
+    def report(self, when):
+        reg, fixed, fb = self.stats()
+        fbs = ", ".join(f"{k} {v}" for k, v in fb.items()) or "none"
+        print(f"daemon {when}: registered {reg // MIB} MiB, fixed "
+              f"operations {fixed}, fallbacks: {fbs}", flush=True)
+        return reg, fixed, fb
+
+    def wait_registered(self, pred, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            reg = self.stats()[0]
+            if pred(reg):
+                return reg
+            time.sleep(0.1)
+        return self.stats()[0]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            try:
+                self.qmp.cmd("quit")
+                self.proc.wait(timeout=30)
+            except Exception:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+class VM:
+    def __init__(self, a, name, vu_sock, runtime, hotplug=False):
+        self.a = a
+        qmp_sock = os.path.join(a.workdir, f"{name}-qmp.sock")
+        console = os.path.join(a.workdir, f"{name}-console.log")
+        for path in (qmp_sock, console):
+            if os.path.exists(path):
+                os.unlink(path)
+        cmd = vm_command(a, vu_sock, qmp_sock, console, runtime, hotplug)
+        print(f"{name}: $ " + " ".join(cmd), flush=True)
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(cmd)
+        self.con = Console(console, a.quiet)
+        self.con.start()
+        self.qmp = QMP(qmp_sock)
+
+    def wait_shutdown(self):
+        """The guest's verdict line, or a reason it has none."""
+        deadline = self.started + self.a.timeout
+        reason = None
+        while time.monotonic() < deadline and reason is None:
+            try:
+                ev = self.qmp.wait_event("SHUTDOWN", 0.25)
+            except EOFError:
+                break
+            if ev:
+                reason = ev["data"].get("reason", "unknown")
+            if self.proc.poll() is not None:
+                break
+        self.con.stop.set()
+        self.con.join(timeout=5)
+        for line in self.con.find("VBLK-GUEST:"):
+            print(line.replace("VBLK-GUEST: ", "guest: "), flush=True)
+        if reason is None:
+            return "FAIL: " + ("QEMU died" if self.proc.poll() is not None
+                               else "no shutdown in time (watchdog)")
+        verdict = self.con.find("VBLK-RESULT:")
+        if reason != "guest-shutdown":
+            return f"FAIL: the guest did not power off ({reason})"
+        return verdict[-1] if verdict else "FAIL: no verdict"
+
+    def quit(self):
+        if self.proc.poll() is None:
+            try:
+                self.qmp.cmd("quit")
+                self.proc.wait(timeout=30)
+            except Exception:
+                self.kill()
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+
+def wait_fixed(d, above, timeout):
+    """Wait until the daemon counted more than @above fixed operations."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if d.stats()[1] > above:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def run_vm(a, d, name, results):
+    vm = VM(a, name, d.vu_sock, a.runtime)
+    try:
+        verdict = vm.wait_shutdown()
+        print(f"{name}: {verdict}", flush=True)
+        results.append(("PASS" in verdict, f"{name}: fio verified every "
+                        "block it wrote"))
+        reg, _, _ = d.report(f"with {name}")
+        ram = a.mem * MIB
+        results.append((ram * 0.9 <= reg <= ram, f"{name}: the daemon "
+                        f"registered the VM's memory ({reg // MIB} MiB of "
+                        f"{a.mem} MiB)"))
+    finally:
+        vm.quit()
+
+
+def scenario_plain(a, d, results):
+    run_vm(a, d, "vm1", results)
+
+
+def scenario_kill_restart(a, d, results):
+    vm = VM(a, "vm1", d.vu_sock, 300)
+    try:
+        ok = wait_fixed(d, 1000, a.timeout)
+        results.append((ok, "vm1: fixed I/O ran before the kill"))
+        time.sleep(1)
+    finally:
+        vm.kill()
+    print("vm1: killed (SIGKILL) in the middle of its I/O", flush=True)
+    reg = d.wait_registered(lambda r: r == 0)
+    results.append((reg == 0, "the daemon released vm1's memory after the "
+                    f"kill ({reg // MIB} MiB left)"))
+    results.append((d.proc.poll() is None, "the daemon survived the kill"))
+    run_vm(a, d, "vm2", results)
+
+
+def scenario_hotplug(a, d, results):
+    vm = VM(a, "vm1", d.vu_sock, a.runtime * 3, hotplug=True)
+    try:
+        ok = wait_fixed(d, 1000, a.timeout)
+        results.append((ok, "vm1: fixed I/O ran before the hot-plug"))
+        before, fixed_before, _ = d.report("before the hot-plug")
+        vm.qmp.cmd("object-add", **{
+            "qom-type": "memory-backend-memfd", "id": "dimm0",
+            "size": a.dimm * MIB, "share": True, "hugetlb": True,
+            "hugetlbsize": 2 * MIB})
+        vm.qmp.cmd("device_add", driver="pc-dimm", id="d0", memdev="dimm0")
+        print(f"vm1: plugged a DIMM of {a.dimm} MiB", flush=True)
+        reg = d.wait_registered(lambda r: r >= before + a.dimm * MIB)
+        results.append((reg >= before + a.dimm * MIB, "the daemon registered "
+                        f"the DIMM ({before // MIB} -> {reg // MIB} MiB)"))
+        verdict = vm.wait_shutdown()
+        print(f"vm1: {verdict}", flush=True)
+        results.append(("PASS" in verdict, "vm1: fio verified every block "
+                        "it wrote across the hot-plug"))
+        _, fixed_after, _ = d.report("after the hot-plug")
+        results.append((fixed_after > fixed_before, "fixed I/O went on after "
+                        "the new memory table"))
+    finally:
+        vm.quit()
+
+
+def main():
+    a = parse_args()
+    os.makedirs(a.workdir, exist_ok=True)
+    disk = os.path.join(a.workdir, "vu-disk.img")
+    subprocess.run([a.qemu_img, "create", "-q", "-f", "raw", disk,
+                    str(max(size_bytes(a.size) * a.jobs, 64 << 20))],
+                   check=True)
+    print(f"accelerator: {pick_accel(a.accel)}", flush=True)
+    results = []
+    d = Daemon(a, disk)
+    try:
+        {"plain": scenario_plain, "kill-restart": scenario_kill_restart,
+         "hotplug": scenario_hotplug}[a.scenario](a, d, results)
+        reg = d.wait_registered(lambda r: r == 0)
+        results.append((reg == 0, "the daemon released all memory once the "
+                        f"last VM left ({reg // MIB} MiB left)"))
+        _, fixed, fb = d.report("at the end")
+        results.append((fixed > 0, "the daemon read and wrote through fixed "
+                        "buffers"))
+        results.append((not fb, "no request fell back from fixed buffers"))
+    finally:
+        rc = d.stop()
+    results.append((rc == 0, f"the daemon quit cleanly (exit status {rc})"))
+    for ok, what in results:
+        print(f"{'PASS' if ok else 'FAIL'}: {what}")
+    return 0 if all(ok for ok, _ in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
