@@ -115,9 +115,13 @@ static void coroutine_fn vu_blk_mem_wait_pinned(void)
 #endif
 }
 
-/* Serve every started queue: kicks that came while stopped were not */
-static void vu_blk_mem_restart_queues(VuDev *dev)
+/*
+ * Serve every started queue: kicks that came while stopped were not.
+ * Like a kick handler, end the connection if that broke the device.
+ */
+static void vu_blk_mem_restart_queues(VuServer *server)
 {
+    VuDev *dev = &server->vu_dev;
     int i;
 
     for (i = 0; dev->vq && i < dev->max_queues; i++) {
@@ -127,16 +131,23 @@ static void vu_blk_mem_restart_queues(VuDev *dev)
             vq->handler(dev, i);
         }
     }
+    if (dev->broken && server->ioc) {
+        qio_channel_shutdown(server->ioc, QIO_CHANNEL_SHUTDOWN_BOTH, NULL);
+    }
 }
 
+/*
+ * Register the memory table, unless that is done, and serve the queues
+ * again, unless a drain began: then vu_blk_mem_drained_end() does.
+ */
 static void coroutine_fn vu_blk_mem_register_co(void *opaque)
 {
     VuBlkMem *mem = opaque;
-    VuDev *dev = &mem->server->vu_dev;
+    VuServer *server = mem->server;
+    VuDev *dev = &server->vu_dev;
     unsigned i;
 
-    assert(!mem->regs->len);
-    for (i = 0; dev->regions && i < dev->nregions; i++) {
+    for (i = 0; !mem->regs->len && dev->regions && i < dev->nregions; i++) {
         VuDevRegion *r = &dev->regions[i];
         struct iovec iov = {
             .iov_base = (void *)(uintptr_t)(r->mmap_addr + r->mmap_offset),
@@ -145,15 +156,21 @@ static void coroutine_fn vu_blk_mem_register_co(void *opaque)
 
         g_array_append_val(mem->regs, iov);
     }
-    if (mem->regs->len) {
+    if (mem->regs->len && !mem->registered) {
         vu_blk_mem_in_main_loop(mem, mem->regs, true);
         vu_blk_mem_wait_pinned();
+        mem->registered = true;
     }
     if (!mem->releasing) {
-        mem->stopped = false;
-        vu_blk_mem_restart_queues(dev);
+        if (server->quiescing) {
+            mem->restart_pending = true;
+        } else {
+            mem->stopped = false;
+            vu_blk_mem_restart_queues(server);
+        }
     }
-    vhost_user_server_dec_in_flight(mem->server);
+    mem->register_running = false;
+    vhost_user_server_dec_in_flight(server);
 }
 
 static void vu_blk_mem_register_bh(void *opaque)
@@ -161,9 +178,14 @@ static void vu_blk_mem_register_bh(void *opaque)
     VuBlkMem *mem = opaque;
 
     mem->register_scheduled = false;
-    if (mem->releasing) {
-        return; /* a new change schedules us again when it is done */
+    if (mem->releasing || mem->register_running) {
+        return; /* a new change, or the coroutine, restarts the queues */
     }
+    if (mem->server->quiescing) {
+        mem->restart_pending = true; /* vu_blk_mem_drained_end() */
+        return;
+    }
+    mem->register_running = true;
     vhost_user_server_inc_in_flight(mem->server);
     qemu_coroutine_enter(qemu_coroutine_create(vu_blk_mem_register_co, mem));
 }
@@ -184,7 +206,32 @@ void coroutine_fn vu_blk_mem_release(VuBlkMem *mem)
         vu_blk_mem_in_main_loop(mem, mem->regs, false);
         g_array_set_size(mem->regs, 0);
     }
+    mem->registered = false;
     mem->releasing = false;
+}
+
+static void vu_blk_mem_schedule_register(VuBlkMem *mem)
+{
+    AioContext *ctx = mem->server->ctx;
+
+    if (!ctx) {
+        mem->restart_pending = true; /* detached: a drain began */
+    } else if (!mem->register_scheduled) {
+        mem->register_scheduled = true;
+        aio_bh_schedule_oneshot(ctx, vu_blk_mem_register_bh, mem);
+    }
+}
+
+/*
+ * In the main loop thread, after the export is attached to its AioContext
+ * again; nothing of the export runs in that context meanwhile.
+ */
+void vu_blk_mem_drained_end(VuBlkMem *mem)
+{
+    if (mem->restart_pending) {
+        mem->restart_pending = false;
+        vu_blk_mem_schedule_register(mem);
+    }
 }
 
 void coroutine_fn vu_blk_mem_before_msg(VuBlkMem *mem, VhostUserMsg *vmsg)
@@ -202,9 +249,5 @@ void coroutine_fn vu_blk_mem_before_msg(VuBlkMem *mem, VhostUserMsg *vmsg)
      * From here on, libvhost-user handles the message without yielding:
      * the BH runs once the new table is in place.
      */
-    if (!mem->register_scheduled) {
-        mem->register_scheduled = true;
-        aio_bh_schedule_oneshot(qemu_get_current_aio_context(),
-                                vu_blk_mem_register_bh, mem);
-    }
+    vu_blk_mem_schedule_register(mem);
 }

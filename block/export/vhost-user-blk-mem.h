@@ -11,10 +11,13 @@
 typedef struct VuBlkMem {
     VuServer *server;
     BlockBackend *blk;
-    GArray *regs;           /* struct iovec: what blk_register_buf() has */
+    GArray *regs;           /* struct iovec: the memory table's regions */
+    bool registered;        /* blk_register_buf() has @regs */
     bool stopped;           /* pop no request: the memory table changes */
     bool releasing;         /* vu_blk_mem_release() runs */
     bool register_scheduled;
+    bool register_running;
+    bool restart_pending;   /* for the end of a drain */
 } VuBlkMem;
 
 void vu_blk_mem_init(VuBlkMem *mem, VuServer *server, BlockBackend *blk);
@@ -31,5 +34,8 @@ void coroutine_fn vu_blk_mem_before_msg(VuBlkMem *mem, VhostUserMsg *vmsg);
 
 /* Before the frontend's memory is unmapped */
 void coroutine_fn vu_blk_mem_release(VuBlkMem *mem);
+
+/* The export's drain ended, in its AioContext */
+void vu_blk_mem_drained_end(VuBlkMem *mem);
 
 #endif

@@ -1,0 +1,418 @@
+#!/usr/bin/env python3
+"""A hostile vhost-user frontend against qemu-storage-daemon's
+vhost-user-blk export.
+
+The daemon runs two exports of one image, "victim" and "bystander".
+Each case connects to the victim as a frontend would (memory shared
+from a memfd, one split virtqueue), sends what a compromised or buggy
+VMM could send, and then checks that the export stopped the device and
+dropped that frontend, that the daemon is still up and answers QMP, and
+that a well-formed frontend reads back on the bystander, and on the
+victim once reconnected, the data written there.
+Prints one "PASS:"/"FAIL:" line a check.
+"""
+
+import argparse
+import mmap
+import os
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from qmp import QMP  # noqa: E402
+
+# vhost-user requests (docs/interop/vhost-user.rst)
+GET_FEATURES, SET_FEATURES, SET_OWNER = 1, 2, 3
+SET_MEM_TABLE = 5
+SET_VRING_NUM, SET_VRING_ADDR, SET_VRING_BASE, GET_VRING_BASE = 8, 9, 10, 11
+SET_VRING_KICK, SET_VRING_CALL = 12, 13
+ADD_MEM_REG = 37
+VERSION, REPLY, NEED_REPLY = 0x1, 0x4, 0x8
+
+VIRTIO_F_VERSION_1 = 1 << 32
+DESC_F_NEXT, DESC_F_WRITE, DESC_F_INDIRECT = 1, 2, 4
+BLK_T_IN, BLK_T_OUT = 0, 1
+BLK_S_OK = 0
+
+MEM = 4 << 20           # the frontend's memory
+QVA = 0x7f1200000000    # where the frontend claims to have it mapped
+# Layout of that memory
+DESC, AVAIL, USED = 0x0, 0x10000, 0x20000
+HDR, DATA, STATUS, TABLE = 0x30000, 0x100000, 0x40000, 0x50000
+
+
+class Frontend:
+    """A minimal vhost-user frontend: one queue, requests by hand."""
+
+    def __init__(self, path, num=64):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(10)
+        self.sock.connect(path)
+        self.num = num
+        self.fd = os.memfd_create("vu-hostile")
+        os.ftruncate(self.fd, MEM)
+        self.mem = mmap.mmap(self.fd, MEM)
+        self.avail_idx = 0
+        self.used_seen = 0
+
+    def close(self):
+        self.sock.close()
+        self.mem.close()
+        os.close(self.fd)
+
+    def send(self, req, payload=b"", fds=(), flags=VERSION):
+        hdr = struct.pack("<III", req, flags, len(payload))
+        if fds:
+            socket.send_fds(self.sock, [hdr + payload], list(fds))
+        else:
+            self.sock.sendall(hdr + payload)
+
+    def recv_u64(self, req):
+        data = b""
+        while len(data) < 20:
+            chunk = self.sock.recv(20 - len(data))
+            if not chunk:
+                raise EOFError("the daemon closed the connection")
+            data += chunk
+        r, _, size, value = struct.unpack("<IIIQ", data)
+        assert r == req and size == 8, (r, size)
+        return value
+
+    def alive(self):
+        """Whether the daemon still serves this connection."""
+        try:
+            self.send(GET_FEATURES)
+            self.recv_u64(GET_FEATURES)
+            return True
+        except (OSError, EOFError):
+            return False
+
+    # --- set-up as QEMU does it ------------------------------------------
+
+    def mem_table(self, size=MEM, offset=0, req=SET_MEM_TABLE):
+        region = struct.pack("<QQQQ", 0, size, QVA, offset)
+        if req == SET_MEM_TABLE:
+            self.send(req, struct.pack("<II", 1, 0) + region, [self.fd])
+        else:
+            self.send(req, struct.pack("<II", 0, 0) + region, [self.fd])
+
+    def vring_num(self, index, num):
+        self.send(SET_VRING_NUM, struct.pack("<II", index, num))
+
+    def vring_base(self, index, base):
+        self.send(SET_VRING_BASE, struct.pack("<II", index, base))
+
+    def vring_addr(self, index, desc=DESC, avail=AVAIL, used=USED):
+        self.send(SET_VRING_ADDR, struct.pack(
+            "<IIQQQQ", index, 0, QVA + desc, QVA + used, QVA + avail, 0))
+
+    def vring_fd(self, req, index):
+        efd = os.eventfd(0, os.EFD_NONBLOCK)
+        self.send(req, struct.pack("<Q", index), [efd])
+        return efd
+
+    def setup(self, num=None, skip=()):
+        num = self.num if num is None else num
+        self.send(GET_FEATURES)
+        self.recv_u64(GET_FEATURES)
+        self.send(SET_FEATURES, struct.pack("<Q", VIRTIO_F_VERSION_1))
+        self.send(SET_OWNER)
+        if "mem" not in skip:
+            self.mem_table()
+        self.vring_call = self.vring_fd(SET_VRING_CALL, 0)
+        self.vring_num(0, num)
+        self.vring_base(0, 0)
+        if "addr" not in skip:
+            self.vring_addr(0)
+        self.kick_fd = self.vring_fd(SET_VRING_KICK, 0)
+
+    # --- requests -----------------------------------------------------------
+
+    def put_desc(self, i, addr, length, flags, nxt=0, table=DESC):
+        struct.pack_into("<QIHH", self.mem, table + 16 * i, QVA_GPA(addr),
+                         length, flags, nxt)
+
+    def submit(self, head):
+        struct.pack_into("<H", self.mem, AVAIL + 4 + 2 * (self.avail_idx %
+                                                          self.num), head)
+        self.avail_idx += 1
+        struct.pack_into("<H", self.mem, AVAIL + 2, self.avail_idx & 0xffff)
+        os.eventfd_write(self.kick_fd, 1)
+
+    def wait_used(self, timeout=10):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            idx = struct.unpack_from("<H", self.mem, USED + 2)[0]
+            if idx != self.used_seen & 0xffff:
+                self.used_seen += 1
+                return True
+            time.sleep(0.005)
+        return False
+
+    def rw(self, write, sector, data_len, fill=None):
+        """One request in three descriptors; the status byte, or None"""
+        struct.pack_into("<IIQ", self.mem, HDR, BLK_T_OUT if write
+                         else BLK_T_IN, 0, sector)
+        if fill is not None:
+            self.mem[DATA:DATA + data_len] = fill
+        self.mem[STATUS] = 0xff
+        self.put_desc(0, HDR, 16, DESC_F_NEXT, 1)
+        self.put_desc(1, DATA, data_len,
+                      DESC_F_NEXT | (0 if write else DESC_F_WRITE), 2)
+        self.put_desc(2, STATUS, 1, DESC_F_WRITE)
+        self.submit(0)
+        if self.wait_used():
+            return self.mem[STATUS]
+        # Tell a lost kick from a request that never ends
+        os.eventfd_write(self.kick_fd, 1)
+        if self.wait_used(2):
+            raise AssertionError("the request ran only when kicked again")
+        return None
+
+
+def QVA_GPA(addr):
+    """Descriptors carry guest physical addresses: region 0 is at GPA 0"""
+    return addr
+
+
+def pattern(seed, n):
+    return bytes((seed * 131 + i * 7) & 0xff for i in range(n))
+
+
+# --- hostile cases ----------------------------------------------------------
+# Each sends something bad on a connection that is set up as far as the
+# case needs; the daemon may drop the connection, never itself.
+
+def bad_index(msg):
+    def case(f):
+        f.setup(skip=("addr",))
+        if msg == SET_VRING_NUM:
+            f.vring_num(100000, 64)
+        elif msg == SET_VRING_BASE:
+            f.vring_base(100000, 1)
+        else:
+            f.vring_addr(100000)
+    return case
+
+
+def ring_size_zero(f):
+    f.setup(num=0)
+    f.submit(0)
+
+
+def ring_size_huge(f):
+    f.setup(num=1 << 30)
+    f.submit(0)
+
+
+def ring_past_memory(f):
+    # the descriptor table starts inside the memory and ends past it
+    f.setup(skip=("addr",), num=1024)
+    f.vring_addr(0, desc=MEM - 16)
+    f.submit(0)
+
+
+def num_after_addr(f):
+    # a ring that fits, then made larger than the memory holds
+    f.setup()
+    f.vring_num(0, 32768)
+    f.vring_addr(0, desc=MEM - 64 * 16)
+    f.submit(0)
+
+
+def region_past_file(f):
+    # the memory table claims more than the memfd holds: touching it
+    # would be SIGBUS
+    f.send(GET_FEATURES)
+    f.recv_u64(GET_FEATURES)
+    f.send(SET_FEATURES, struct.pack("<Q", VIRTIO_F_VERSION_1))
+    f.send(SET_OWNER)
+    f.mem_table(size=64 << 20)
+    f.vring_call = f.vring_fd(SET_VRING_CALL, 0)
+    f.vring_num(0, 64)
+    f.vring_base(0, 0)
+    f.vring_addr(0, desc=MEM + (1 << 20))
+    f.kick_fd = f.vring_fd(SET_VRING_KICK, 0)
+    f.submit(0)
+
+
+def desc_outside_memory(f):
+    f.setup()
+    struct.pack_into("<IIQ", f.mem, HDR, BLK_T_IN, 0, 0)
+    f.put_desc(0, HDR, 16, DESC_F_NEXT, 1)
+    f.put_desc(1, MEM + 4096, 4096, DESC_F_NEXT | DESC_F_WRITE, 2)
+    f.put_desc(2, STATUS, 1, DESC_F_WRITE)
+    f.submit(0)
+    f.wait_used(1)
+
+
+def desc_loop(f):
+    f.setup()
+    f.put_desc(0, HDR, 16, DESC_F_NEXT, 0)
+    f.submit(0)
+    f.wait_used(1)
+
+
+def short_header(f):
+    f.setup()
+    f.put_desc(0, HDR, 8, DESC_F_NEXT, 1)
+    f.put_desc(1, STATUS, 1, DESC_F_WRITE)
+    f.submit(0)
+    f.wait_used(1)
+
+
+def indirect_past_memory(f):
+    f.setup()
+    f.put_desc(0, MEM - 32, 4096, DESC_F_INDIRECT)
+    f.submit(0)
+    f.wait_used(1)
+
+
+def head_out_of_range(f):
+    f.setup()
+    struct.pack_into("<H", f.mem, AVAIL + 4, 60000)
+    struct.pack_into("<H", f.mem, AVAIL + 2, 1)
+    os.eventfd_write(f.kick_fd, 1)
+    f.wait_used(1)
+
+
+CASES = {
+    "vring-num-index": bad_index(SET_VRING_NUM),
+    "vring-base-index": bad_index(SET_VRING_BASE),
+    "vring-addr-index": bad_index(SET_VRING_ADDR),
+    "ring-size-zero": ring_size_zero,
+    "ring-size-huge": ring_size_huge,
+    "ring-past-memory": ring_past_memory,
+    "ring-grown-past-memory": num_after_addr,
+    "region-past-file": region_past_file,
+    "desc-outside-memory": desc_outside_memory,
+    "desc-loop": desc_loop,
+    "short-header": short_header,
+    "indirect-past-memory": indirect_past_memory,
+    "head-out-of-range": head_out_of_range,
+}
+
+
+def good_round(path, seed):
+    """A well-formed frontend writes, reads back and compares"""
+    t0 = time.monotonic()
+    try:
+        return _good_round(path, seed)
+    finally:
+        if os.environ.get("VU_HOSTILE_TIMES"):
+            print(f"good round on {os.path.basename(path)}: "
+                  f"{time.monotonic() - t0:.3f} s", flush=True)
+
+
+def _good_round(path, seed):
+    f = Frontend(path)
+    try:
+        f.setup()
+        data = pattern(seed, 65536)
+        status = f.rw(True, 8 * seed, len(data), data)
+        if status != BLK_S_OK:
+            return f"write failed (status {status})"
+        f.mem[DATA:DATA + len(data)] = bytes(len(data))
+        status = f.rw(False, 8 * seed, len(data))
+        if status != BLK_S_OK:
+            return f"read failed (status {status})"
+        if f.mem[DATA:DATA + len(data)] != data:
+            return "read back other data"
+        return None
+    except (OSError, EOFError, AssertionError) as e:
+        return f"{type(e).__name__}: {e}"
+    finally:
+        f.close()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--qsd", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--case", action="append", choices=sorted(CASES),
+                    help="run only these (default: all)")
+    a = ap.parse_args()
+    os.makedirs(a.workdir, exist_ok=True)
+    disk = os.path.join(a.workdir, "disk.img")
+    with open(disk, "wb") as f:
+        f.truncate(64 << 20)
+    sock = {n: os.path.join(a.workdir, f"{n}.sock")
+            for n in ("victim", "bystander")}
+    qmp_sock = os.path.join(a.workdir, "qmp.sock")
+    for p in list(sock.values()) + [qmp_sock]:
+        if os.path.exists(p):
+            os.unlink(p)
+    cmd = [a.qsd, "--object", "iothread,id=io0",
+           "--blockdev", f"file,node-name=disk0,filename={disk},"
+                         "aio=io_uring,cache.direct=on,aio-fixed-buffers=on"]
+    for i, (name, path) in enumerate(sock.items()):
+        cmd += ["--export", f"vhost-user-blk,id={name},node-name=disk0,"
+                f"writable=on,addr.type=unix,addr.path={path},num-queues=4"
+                + (",iothread=io0" if i == 0 else "")]
+    cmd += ["--chardev", f"socket,id=m,path={qmp_sock},server=on,wait=off",
+            "--monitor", "chardev=m"]
+    print("$ " + " ".join(cmd), flush=True)
+    qsd = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    results = []
+    try:
+        q = QMP(qmp_sock)
+        for p in sock.values():
+            while not os.path.exists(p):
+                time.sleep(0.05)
+        err = good_round(sock["victim"], 1)
+        results.append((err is None, f"a well-formed frontend reads back "
+                        f"what it wrote{': ' + err if err else ''}"))
+        for seed, name in enumerate(a.case or CASES, 2):
+            f = Frontend(sock["victim"])
+            try:
+                CASES[name](f)
+            except (OSError, EOFError):
+                pass    # the daemon dropped us: fine
+            time.sleep(0.2)
+            dropped = qsd.poll() is None and not f.alive()
+            f.close()
+            up = qsd.poll() is None
+            results.append((dropped or not up, f"{name}: the export stopped "
+                            "the device and dropped the frontend"))
+            results.append((up, f"{name}: the daemon is up"
+                            + ("" if up else f" (exit status {qsd.returncode})")))
+            if not up:
+                break
+            try:
+                exports = {e["id"] for e in q.cmd("query-block-exports")}
+            except Exception as e:
+                exports = set()
+                print(f"QMP: {e}")
+            results.append((exports == set(sock), f"{name}: both exports "
+                            "are still there"))
+            err = good_round(sock["bystander"], seed)
+            results.append((err is None, f"{name}: the other export serves "
+                            f"a new frontend{': ' + err if err else ''}"))
+            err = good_round(sock["victim"], seed + 100)
+            results.append((err is None, f"{name}: the victim serves a new "
+                            f"frontend{': ' + err if err else ''}"))
+        if qsd.poll() is None:
+            try:
+                q.cmd("quit")
+            except (OSError, EOFError):
+                pass    # it may close the monitor before it answers
+            qsd.wait(timeout=30)
+        results.append((qsd.returncode == 0, "the daemon quit cleanly (exit "
+                        f"status {qsd.returncode})"))
+    finally:
+        if qsd.poll() is None:
+            qsd.kill()
+            qsd.wait()
+        stderr = qsd.stderr.read()
+        if stderr:
+            print("daemon stderr:\n" + stderr.rstrip())
+    for ok, what in results:
+        print(f"{'PASS' if ok else 'FAIL'}: {what}")
+    return 0 if all(ok for ok, _ in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
