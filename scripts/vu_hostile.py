@@ -178,6 +178,66 @@ def QVA_GPA(addr):
     return addr
 
 
+def new_memory(f, copy=True):
+    """Give @f a new memfd with (a copy of) the old memory, and send it"""
+    fd = os.memfd_create("vu-hostile")
+    os.ftruncate(fd, MEM)
+    mem = mmap.mmap(fd, MEM)
+    if copy:
+        mem[:] = f.mem[:]
+    old = (f.fd, f.mem)
+    f.fd, f.mem = fd, mem
+    f.mem_table()
+    return old
+
+
+def remap_round(path, seed):
+    """A frontend moves its memory to a new memfd between requests, and
+    once with a request in flight (the same memfd sent again): what it
+    reads must land in the new memory, and the old must not change.  A
+    registration left over from the old mapping, at the same address,
+    would read and write the old pages."""
+    f = Frontend(path)
+    old = None
+    try:
+        f.setup()
+        a, b = pattern(seed, 65536), pattern(seed + 1, 65536)
+        if f.rw(True, 8 * seed, len(a), a) != BLK_S_OK:
+            return "first write failed"
+        old = new_memory(f)
+        marker = bytes([0x5a]) * len(b)
+        old[1][DATA:DATA + len(b)] = marker
+        if f.rw(True, 8 * seed + 128, len(b), b) != BLK_S_OK:
+            return "write from the new memory failed"
+        f.mem[DATA:DATA + len(a)] = bytes(len(a))
+        if f.rw(False, 8 * seed, len(a)) != BLK_S_OK:
+            return "read into the new memory failed"
+        if f.mem[DATA:DATA + len(a)] != a:
+            return "the read did not land in the new memory"
+        if old[1][DATA:DATA + len(b)] != marker:
+            return "the old memory was written"
+        # A request in flight when the same memory comes again
+        struct.pack_into("<IIQ", f.mem, HDR, BLK_T_IN, 0, 8 * seed + 128)
+        f.mem[STATUS] = 0xff
+        f.put_desc(0, HDR, 16, DESC_F_NEXT, 1)
+        f.put_desc(1, DATA, len(b), DESC_F_NEXT | DESC_F_WRITE, 2)
+        f.put_desc(2, STATUS, 1, DESC_F_WRITE)
+        f.submit(0)
+        f.mem_table()
+        if not f.wait_used() or f.mem[STATUS] != BLK_S_OK:
+            return "the request in flight did not complete"
+        if f.mem[DATA:DATA + len(b)] != b:
+            return "the request in flight read other data"
+        return None if f.alive() else "the daemon dropped the frontend"
+    except (OSError, EOFError, AssertionError) as e:
+        return f"{type(e).__name__}: {e}"
+    finally:
+        if old:
+            old[1].close()
+            os.close(old[0])
+        f.close()
+
+
 def pattern(seed, n):
     return bytes((seed * 131 + i * 7) & 0xff for i in range(n))
 
@@ -365,6 +425,11 @@ def main():
         err = good_round(sock["victim"], 1)
         results.append((err is None, f"a well-formed frontend reads back "
                         f"what it wrote{': ' + err if err else ''}"))
+        for path in sock.values():
+            err = remap_round(path, 1000)
+            results.append((err is None, "a frontend that moves its memory "
+                            f"reads and writes the new memory only "
+                            f"({os.path.basename(path)}){': ' + err if err else ''}"))
         for seed, name in enumerate(a.case or CASES, 2):
             f = Frontend(sock["victim"])
             try:

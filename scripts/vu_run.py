@@ -11,6 +11,7 @@ Scenarios:
                 frontend sends a new memory table mid-I/O.
 The daemon must stay up throughout, count fixed reads and writes and no
 fallback, and hold registered exactly the memory of the VM it serves.
+VU_QSD_ARGS and VU_QEMU_ARGS add arguments (traces, for instance).
 """
 
 import argparse
@@ -62,7 +63,7 @@ def qsd_command(a, disk, vu_sock, qmp_sock):
                     f"num-queues={a.queues},iothread=io0",
         "--chardev", f"socket,id=qmp0,path={qmp_sock},server=on,wait=off",
         "--monitor", "chardev=qmp0",
-    ]
+    ] + os.environ.get("VU_QSD_ARGS", "").split()
 
 
 def vm_command(a, vu_sock, qmp_sock, console, runtime, hotplug):
@@ -87,7 +88,7 @@ def vm_command(a, vu_sock, qmp_sock, console, runtime, hotplug):
         "-nodefaults", "-display", "none", "-no-reboot", "-no-shutdown",
         "-serial", f"file:{console}",
         "-qmp", f"unix:{qmp_sock},server=on,wait=off",
-    ]
+    ] + os.environ.get("VU_QEMU_ARGS", "").split()
 
 
 class Daemon:

@@ -11,12 +11,14 @@
  *
  * A registered buffer must go before its memory is unmapped: the kernel
  * keeps the pages it pinned, and a new mapping at the same address would
- * be read and written through the old pages.  So before a memory table
- * message, and before the connection's memory goes (vu_deinit()), the
- * export stops popping requests, waits for those in flight and
- * unregisters every region.  After the message it registers the new
- * table and pops requests again, from every started queue, since kicks
- * that came meanwhile were not served.
+ * be read and written through the old pages.  So before a message that
+ * unmaps memory (SET_MEM_TABLE, REM_MEM_REG), and before the connection's
+ * memory goes (vu_deinit()), the export stops popping requests, waits for
+ * those in flight and unregisters every region.  After each memory table
+ * message it registers the regions that are not yet, and pops requests
+ * again from every started queue if it had stopped, since kicks that
+ * came meanwhile were not served.  A region added (ADD_MEM_REG, what
+ * QEMU sends when a DIMM is plugged) stops nothing.
  *
  * Threads.  Everything here runs in the export's AioContext: in the
  * connection's coroutine (messages, the end of the connection), in its
@@ -136,32 +138,56 @@ static void vu_blk_mem_restart_queues(VuServer *server)
     }
 }
 
+static bool vu_blk_mem_has(VuBlkMem *mem, const struct iovec *iov)
+{
+    unsigned i;
+
+    for (i = 0; i < mem->regs->len; i++) {
+        struct iovec *r = &g_array_index(mem->regs, struct iovec, i);
+
+        if (r->iov_base == iov->iov_base && r->iov_len == iov->iov_len) {
+            return true;
+        }
+    }
+    return false;
+}
+
 /*
- * Register the memory table, unless that is done, and serve the queues
- * again, unless a drain began: then vu_blk_mem_drained_end() does.
+ * Register the regions of the memory table that are not yet, and serve
+ * the queues again if they were stopped, unless a drain began: then
+ * vu_blk_mem_drained_end() does.
  */
 static void coroutine_fn vu_blk_mem_register_co(void *opaque)
 {
     VuBlkMem *mem = opaque;
     VuServer *server = mem->server;
     VuDev *dev = &server->vu_dev;
+    g_autoptr(GArray) add = g_array_new(false, false, sizeof(struct iovec));
     unsigned i;
 
-    for (i = 0; !mem->regs->len && dev->regions && i < dev->nregions; i++) {
+again:
+    mem->register_again = false;
+    g_array_set_size(add, 0);
+    for (i = 0; dev->regions && i < dev->nregions; i++) {
         VuDevRegion *r = &dev->regions[i];
         struct iovec iov = {
             .iov_base = (void *)(uintptr_t)(r->mmap_addr + r->mmap_offset),
             .iov_len = r->size,
         };
 
-        g_array_append_val(mem->regs, iov);
+        if (!vu_blk_mem_has(mem, &iov)) {
+            g_array_append_val(add, iov);
+        }
     }
-    if (mem->regs->len && !mem->registered) {
-        vu_blk_mem_in_main_loop(mem, mem->regs, true);
+    if (add->len) {
+        vu_blk_mem_in_main_loop(mem, add, true);
+        g_array_append_vals(mem->regs, add->data, add->len);
         vu_blk_mem_wait_pinned();
-        mem->registered = true;
     }
-    if (!mem->releasing) {
+    if (mem->register_again && !mem->releasing) {
+        goto again;
+    }
+    if (mem->stopped && !mem->releasing) {
         if (server->quiescing) {
             mem->restart_pending = true;
         } else {
@@ -178,8 +204,12 @@ static void vu_blk_mem_register_bh(void *opaque)
     VuBlkMem *mem = opaque;
 
     mem->register_scheduled = false;
-    if (mem->releasing || mem->register_running) {
-        return; /* a new change, or the coroutine, restarts the queues */
+    if (mem->releasing) {
+        return; /* the change schedules us again when it is done */
+    }
+    if (mem->register_running) {
+        mem->register_again = true;
+        return;
     }
     if (mem->server->quiescing) {
         mem->restart_pending = true; /* vu_blk_mem_drained_end() */
@@ -206,7 +236,6 @@ void coroutine_fn vu_blk_mem_release(VuBlkMem *mem)
         vu_blk_mem_in_main_loop(mem, mem->regs, false);
         g_array_set_size(mem->regs, 0);
     }
-    mem->registered = false;
     mem->releasing = false;
 }
 
@@ -238,13 +267,16 @@ void coroutine_fn vu_blk_mem_before_msg(VuBlkMem *mem, VhostUserMsg *vmsg)
 {
     switch (vmsg->request) {
     case VHOST_USER_SET_MEM_TABLE:
-    case VHOST_USER_ADD_MEM_REG:
     case VHOST_USER_REM_MEM_REG:
+        /* Regions will be unmapped */
+        vu_blk_mem_release(mem);
+        break;
+    case VHOST_USER_ADD_MEM_REG:
+        /* A region will be mapped: register it once it is */
         break;
     default:
         return;
     }
-    vu_blk_mem_release(mem);
     /*
      * From here on, libvhost-user handles the message without yielding:
      * the BH runs once the new table is in place.

@@ -11,12 +11,12 @@
 typedef struct VuBlkMem {
     VuServer *server;
     BlockBackend *blk;
-    GArray *regs;           /* struct iovec: the memory table's regions */
-    bool registered;        /* blk_register_buf() has @regs */
+    GArray *regs;           /* struct iovec: what blk_register_buf() has */
     bool stopped;           /* pop no request: the memory table changes */
     bool releasing;         /* vu_blk_mem_release() runs */
     bool register_scheduled;
     bool register_running;
+    bool register_again;    /* the table changed while it ran */
     bool restart_pending;   /* for the end of a drain */
 } VuBlkMem;
 
