@@ -7,7 +7,9 @@ total from /proc/stat.  account() splits the difference between:
 
   device     the contender's threads that serve I/O: for QEMU every thread
              but the main loop's (the iothread, io-wq workers, the thread
-             pool); for fio the kernel time of its processes and their
+             pool), and every thread of a storage daemon that serves it
+             (qemu-storage-daemon behind vhost-user-blk, its main loop
+             too); for fio the kernel time of its processes and their
              io-wq workers
   harness    what only the guest-less set-up costs: QEMU's main loop
              parsing the load generator's qtest doorbells (a KVM guest's
@@ -132,12 +134,23 @@ def thread_role_qemu(task):
     return "other threads"
 
 
-def process_time(a, b, pid, split_user=False):
+def thread_role_daemon(task):
+    """qemu-storage-daemon names no thread: its iothreads are among the
+    "daemon threads" (with its RCU thread)."""
+    if task.tid == task.tgid:
+        return "daemon main loop"
+    if task.comm.startswith("iou-wrk") or task.comm.startswith("iou-sqp"):
+        return "io-wq"
+    return "daemon threads"
+
+
+def process_time(a, b, pid, split_user=False, role_of=thread_role_qemu):
     """CPU seconds of process @pid between snapshots @a and @b by role.
 
     Returns {role: seconds}; role "exited" is the time of threads that
     ended inside the window.  With @split_user, each live thread's time
-    is split into "<role> user" and "<role> kernel" by its tick counts."""
+    is split into "<role> user" and "<role> kernel" by its tick counts.
+    @role_of(task) names a live thread's role."""
     roles = {}
 
     def add(role, seconds):
@@ -149,8 +162,8 @@ def process_time(a, b, pid, split_user=False):
             continue
         before = a.tasks.get(tid)
         ns = t.run_ns - (before.run_ns if before and before.tgid == pid else 0)
-        role = thread_role_qemu(t) if not split_user else ("io-wq" if t.comm.startswith("iou-")
-                                                             else "process")
+        role = role_of(t) if not split_user else ("io-wq" if t.comm.startswith("iou-")
+                                                    else "process")
         if split_user and role == "process":
             du = t.user_ticks - (before.user_ticks if before else 0)
             ds = t.sys_ticks - (before.sys_ticks if before else 0)
@@ -192,14 +205,16 @@ def kernel_threads(a, b):
     return threads_time(a, b, lambda t: t.kthread)
 
 
-def account(a, b, kind, device_pids, loadgen_pids, observer_pids=()):
+def account(a, b, kind, device_pids, loadgen_pids, observer_pids=(), daemon_pids=()):
     """The window between snapshots @a and @b.
 
     @kind is "qemu" (@device_pids: QEMU's pid) or "fio" (@device_pids:
     fio's processes, its userspace counted as the load generator's).
     @loadgen_pids: vblk-bench for QEMU; none for fio.  @observer_pids:
-    whoever takes the snapshots, set apart from other work.  Returns a
-    dict of CPU seconds with the breakdown, and the window's length."""
+    whoever takes the snapshots, set apart from other work.
+    @daemon_pids: storage daemons serving QEMU's device (vhost-user-blk),
+    every thread of theirs the device's.  Returns a dict of CPU seconds
+    with the breakdown, and the window's length."""
     window = ((b.started + b.ended) - (a.started + a.ended)) / 2
     r = {"window_s": window, "roles": {}}
     device = harness = loadgen = 0.0
@@ -213,12 +228,17 @@ def account(a, b, kind, device_pids, loadgen_pids, observer_pids=()):
                 loadgen += s
             else:
                 device += s
+    for pid in daemon_pids:
+        roles = process_time(a, b, pid, role_of=thread_role_daemon)
+        for role, s in roles.items():
+            r["roles"][role] = r["roles"].get(role, 0.0) + s
+            device += s
     for pid in loadgen_pids:
         loadgen += sum(process_time(a, b, pid).values())
     harness += loadgen
     observer = sum(sum(process_time(a, b, pid).values()) for pid in observer_pids)
     kernel = kernel_threads(a, b)
-    ours = set(device_pids) | set(loadgen_pids) | set(observer_pids)
+    ours = set(device_pids) | set(loadgen_pids) | set(observer_pids) | set(daemon_pids)
     other = threads_time(a, b, lambda t: not t.kthread and t.tgid not in ours)
     machine = machine_busy(a, b)
     r.update(device_s=device, harness_s=harness, loadgen_s=loadgen, kernel_s=kernel,

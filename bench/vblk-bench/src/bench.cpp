@@ -206,9 +206,11 @@ std::string Bench::blockdev_spec() const
 
 std::vector<std::string> Bench::qemu_args(const GuestMemory& ram) const
 {
-    std::string device = "virtio-blk-pci,id=vblk0,drive=disk0,addr=04.0,num-queues=" +
-                         std::to_string(options_.queues) + ",queue-size=" +
-                         std::to_string(options_.queue_size);
+    bool vhost_user = !options_.vhost_user_blk.empty();
+    std::string device = std::string(vhost_user ? "vhost-user-blk-pci,id=vblk0,chardev=vub0"
+                                                : "virtio-blk-pci,id=vblk0,drive=disk0") +
+                         ",addr=04.0,num-queues=" + std::to_string(options_.queues) +
+                         ",queue-size=" + std::to_string(options_.queue_size);
     if (options_.iothread) {
         device += ",iothread=io0";
     }
@@ -232,7 +234,13 @@ std::vector<std::string> Bench::qemu_args(const GuestMemory& ram) const
         }
         args.insert(args.end(), {"-object", spec});
     }
-    args.insert(args.end(), {"-blockdev", blockdev_spec(), "-device", device});
+    if (vhost_user) {
+        // The backend maps guest RAM from the file's descriptor (share=on)
+        args.insert(args.end(), {"-chardev", "socket,id=vub0,path=" + options_.vhost_user_blk});
+    } else {
+        args.insert(args.end(), {"-blockdev", blockdev_spec()});
+    }
+    args.insert(args.end(), {"-device", device});
     args.insert(args.end(), options_.qemu_args.begin(), options_.qemu_args.end());
     return args;
 }

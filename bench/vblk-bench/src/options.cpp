@@ -104,6 +104,10 @@ QEMU:
   --blockdev SPEC        use this -blockdev (node-name=disk0) instead
   --blockdev-opts OPTS   appended to the generated -blockdev
   --device-opts OPTS     appended to -device virtio-blk-pci,...
+  --vhost-user-blk SOCK  vhost-user-blk-pci on a backend listening there
+                         (qemu-storage-daemon's vhost-user-blk export)
+                         instead of virtio-blk-pci: no -blockdev, no
+                         iothread in QEMU, no --target
   --qemu-arg ARG         one more QEMU argument (repeatable)
   --wrapper "CMD ..."    run QEMU under this prefix, e.g. "valgrind
                          --tool=massif" or "env LD_PRELOAD=lib.so"
@@ -167,6 +171,7 @@ bool parse_options(int argc, const char* const* argv, Options& options,
         {"--blockdev", [&](auto& v) { options.blockdev = v; }},
         {"--blockdev-opts", [&](auto& v) { options.blockdev_opts = v; }},
         {"--device-opts", [&](auto& v) { options.device_opts = v; }},
+        {"--vhost-user-blk", [&](auto& v) { options.vhost_user_blk = v; }},
         {"--qemu-arg", [&](auto& v) { options.qemu_args.push_back(v); }},
         {"--wrapper", [&](auto& v) { options.wrapper = split_words(v); }},
         {"--qemu-log", [&](auto& v) { options.qemu_log = v; }},
@@ -238,8 +243,19 @@ bool parse_options(int argc, const char* const* argv, Options& options,
         const char* from_env = std::getenv("VBLK_BENCH_QEMU");
         options.qemu = from_env ? from_env : "";
     }
-    if (options.qemu.empty() || options.target.empty()) {
-        throw BenchError("--qemu and --target are required (see --help)");
+    if (options.qemu.empty() ||
+        (options.target.empty() && options.vhost_user_blk.empty())) {
+        throw BenchError("--qemu and --target (or --vhost-user-blk) are required (see --help)");
+    }
+    if (!options.vhost_user_blk.empty()) {
+        // The backend serves the disk: QEMU has no block node, no iothread
+        if (options.fixed_buffers || !options.blockdev.empty() ||
+            !options.blockdev_opts.empty() || options.iothread_cpu >= 0) {
+            throw BenchError("--vhost-user-blk: the backend serves the disk; "
+                             "--fixed-buffers, --blockdev, --blockdev-opts and "
+                             "--iothread-cpu are its business");
+        }
+        options.iothread = false;
     }
     auto sizes = parse_block_sizes(bs);
     if (!sizes) {

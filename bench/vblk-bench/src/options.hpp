@@ -21,6 +21,7 @@ struct Options {
     std::string blockdev;               // replaces the generated -blockdev
     std::string blockdev_opts;          // appended to the generated -blockdev
     std::string device_opts;            // appended to -device virtio-blk-pci
+    std::string vhost_user_blk;         // a backend's socket: vhost-user-blk-pci
     std::vector<std::string> qemu_args;
     std::vector<std::string> wrapper;
     std::string qemu_log;

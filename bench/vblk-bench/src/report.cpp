@@ -70,6 +70,7 @@ Json result_json(const Options& o, const RunResult& r)
     Json json = {
         {"config", {
             {"target", o.target}, {"aio", o.aio}, {"fixed_buffers", o.fixed_buffers},
+            {"vhost_user_blk", o.vhost_user_blk},
             {"rw", o.rw},
             {"read_percent", o.workload.read_percent},
             {"bs", o.workload.sizes.describe()}, {"segments", o.workload.segments},
@@ -119,8 +120,10 @@ std::string result_table(const Options& o, const RunResult& r)
                   o.aio.c_str(), o.fixed_buffers ? "on" : "off",
                   format_size(r.guest_page_size).c_str(), r.interrupted ? " (interrupted)" : "");
     text += line;
+    std::string target = o.vhost_user_blk.empty() ? o.target
+                                                  : "vhost-user-blk at " + o.vhost_user_blk;
     std::snprintf(line, sizeof(line), "target %s, %.2f s measured, QEMU pid %d\n",
-                  o.target.c_str(), r.seconds, r.qemu_pid);
+                  target.c_str(), r.seconds, r.qemu_pid);
     text += line;
     text += "        ios        IOPS      MB/s  lat(us) mean     p50     p90     p99   p99.9     max\n";
     auto row = [&](const char* name, const OpTotals& t) {

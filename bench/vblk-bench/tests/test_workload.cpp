@@ -233,3 +233,15 @@ TEST(Options, RejectsNonsenseWithAMessage)
                          "--queue-size", "32768"});
     EXPECT_EQ(big.queue_size, 32768u);
 }
+
+TEST(Options, VhostUserBlkLeavesTheDiskToTheBackend)
+{
+    Options o = parse({"--qemu", "/q", "--vhost-user-blk", "/run/vu.sock"});
+    EXPECT_EQ(o.vhost_user_blk, "/run/vu.sock");
+    EXPECT_FALSE(o.iothread);                               // QEMU serves nothing
+    EXPECT_THROW(parse({"--qemu", "/q"}), BenchError);      // neither
+    for (const char* opt : {"--fixed-buffers=on", "--blockdev=driver=null-co",
+                            "--blockdev-opts=aio-max-in-flight=0", "--iothread-cpu=1"}) {
+        EXPECT_THROW(parse({"--qemu", "/q", "--vhost-user-blk", "/s", opt}), BenchError) << opt;
+    }
+}
