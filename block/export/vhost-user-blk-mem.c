@@ -16,9 +16,10 @@
  * memory goes (vu_deinit()), the export stops popping requests, waits for
  * those in flight and unregisters every region.  After each memory table
  * message it registers the regions that are not yet, and pops requests
- * again from every started queue if it had stopped, since kicks that
- * came meanwhile were not served.  A region added (ADD_MEM_REG, what
- * QEMU sends when a DIMM is plugged) stops nothing.
+ * again from every started queue, since kicks that came meanwhile were
+ * not served.  A region added (ADD_MEM_REG, what QEMU sends for each
+ * region and when a DIMM is plugged) waits for no request in flight and
+ * unregisters nothing; the queues only pause until it is pinned.
  *
  * Threads.  Everything here runs in the export's AioContext: in the
  * connection's coroutine (messages, the end of the connection), in its
@@ -272,7 +273,11 @@ void coroutine_fn vu_blk_mem_before_msg(VuBlkMem *mem, VhostUserMsg *vmsg)
         vu_blk_mem_release(mem);
         break;
     case VHOST_USER_ADD_MEM_REG:
-        /* A region will be mapped: register it once it is */
+        /*
+         * A region will be mapped: nothing to wait for, but pop nothing
+         * until it is registered and pinned, as for a new table
+         */
+        mem->stopped = true;
         break;
     default:
         return;
