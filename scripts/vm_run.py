@@ -81,6 +81,32 @@ def size_bytes(text):
     return int(text)
 
 
+def guest_args(a, runtime, console, sock):
+    """The test guest's kernel, its fio job, its console and QMP"""
+    append = (f"console=ttyS0 panic=-1 quiet vblk.jobs={a.jobs} "
+              f"vblk.size={a.size} vblk.runtime={runtime}")
+    return [
+        "-kernel", os.path.join(a.guest, "vmlinuz"),
+        "-initrd", os.path.join(a.guest, "initramfs.gz"),
+        "-append", append,
+        "-nodefaults", "-display", "none", "-no-reboot", "-no-shutdown",
+        "-serial", f"file:{console}",
+        "-qmp", f"unix:{sock},server=on,wait=off",
+    ]
+
+
+def quit_qemu(proc, qmp):
+    """Ask a QEMU (or qemu-storage-daemon) to quit, kill it if it won't"""
+    if proc.poll() is None:
+        try:
+            qmp.cmd("quit")
+            proc.wait(timeout=30)
+        except Exception:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
 def qemu_command(a, disk, sock, console):
     ram = f"memory-backend-memfd,id=ram0,size={a.mem}M,share=on"
     if a.page_size == "2M":
@@ -89,8 +115,6 @@ def qemu_command(a, disk, sock, console):
                 "cache.direct=on")
     if a.fixed == "on":
         blockdev += ",aio-fixed-buffers=on"
-    append = (f"console=ttyS0 panic=-1 quiet vblk.jobs={a.jobs} "
-              f"vblk.size={a.size} vblk.runtime={a.runtime}")
     accel = "kvm" if pick_accel(a.accel) == "kvm" else "tcg,thread=multi"
     return [
         a.qemu, "-machine", "q35,memory-backend=ram0",
@@ -99,13 +123,7 @@ def qemu_command(a, disk, sock, console):
         "-blockdev", blockdev,
         "-device", f"virtio-blk-pci,id=vblk0,drive=disk0,iothread=io0,"
                    f"num-queues={a.queues},queue-size={a.queue_size}",
-        "-kernel", os.path.join(a.guest, "vmlinuz"),
-        "-initrd", os.path.join(a.guest, "initramfs.gz"),
-        "-append", append,
-        "-nodefaults", "-display", "none", "-no-reboot", "-no-shutdown",
-        "-serial", f"file:{console}",
-        "-qmp", f"unix:{sock},server=on,wait=off",
-    ]
+    ] + guest_args(a, a.runtime, console, sock)
 
 
 class Console(threading.Thread):

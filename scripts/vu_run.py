@@ -23,7 +23,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from qmp import QMP  # noqa: E402
-from vm_run import Console, pick_accel, size_bytes  # noqa: E402
+from vm_run import (Console, guest_args, pick_accel, quit_qemu,  # noqa: E402
+                    size_bytes)
 
 MIB = 1 << 20
 
@@ -72,8 +73,6 @@ def vm_command(a, vu_sock, qmp_sock, console, runtime, hotplug):
     mem = f"{a.mem}M"
     if hotplug:
         mem += f",slots=2,maxmem={a.mem + 2 * a.dimm}M"
-    append = (f"console=ttyS0 panic=-1 quiet vblk.jobs={a.jobs} "
-              f"vblk.size={a.size} vblk.runtime={runtime}")
     accel = "kvm" if pick_accel(a.accel) == "kvm" else "tcg,thread=multi"
     return [
         a.qemu, "-machine", "q35,memory-backend=ram0",
@@ -82,13 +81,8 @@ def vm_command(a, vu_sock, qmp_sock, console, runtime, hotplug):
         "-chardev", f"socket,id=vu0,path={vu_sock}",
         "-device", f"vhost-user-blk-pci,id=vblk0,chardev=vu0,"
                    f"num-queues={a.queues},queue-size={a.queue_size}",
-        "-kernel", os.path.join(a.guest, "vmlinuz"),
-        "-initrd", os.path.join(a.guest, "initramfs.gz"),
-        "-append", append,
-        "-nodefaults", "-display", "none", "-no-reboot", "-no-shutdown",
-        "-serial", f"file:{console}",
-        "-qmp", f"unix:{qmp_sock},server=on,wait=off",
-    ] + os.environ.get("VU_QEMU_ARGS", "").split()
+    ] + guest_args(a, runtime, console, qmp_sock) + \
+        os.environ.get("VU_QEMU_ARGS", "").split()
 
 
 class Daemon:
@@ -139,14 +133,7 @@ class Daemon:
         return self.stats()[0]
 
     def stop(self):
-        if self.proc.poll() is None:
-            try:
-                self.qmp.cmd("quit")
-                self.proc.wait(timeout=30)
-            except Exception:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+        return quit_qemu(self.proc, self.qmp)
 
 
 class VM:
@@ -191,12 +178,7 @@ class VM:
         return verdict[-1] if verdict else "FAIL: no verdict"
 
     def quit(self):
-        if self.proc.poll() is None:
-            try:
-                self.qmp.cmd("quit")
-                self.proc.wait(timeout=30)
-            except Exception:
-                self.kill()
+        quit_qemu(self.proc, self.qmp)
 
     def kill(self):
         if self.proc.poll() is None:
