@@ -33,6 +33,7 @@
 #include "qemu/error-report.h"
 #include "qemu/main-loop.h"
 #include "qapi/error.h"
+#include "block/export.h"
 #include "system/block-backend.h"
 #include "subprojects/libvhost-user/libvhost-user.h"
 #include "vhost-user-blk-mem.h"
@@ -40,11 +41,11 @@
 #include "block/io_uring-fixed.h"
 #endif
 
-void vu_blk_mem_init(VuBlkMem *mem, VuServer *server, BlockBackend *blk)
+void vu_blk_mem_init(VuBlkMem *mem, VuServer *server, BlockExport *exp)
 {
     *mem = (VuBlkMem) {
         .server = server,
-        .blk = blk,
+        .exp = exp,
         .regs = g_array_new(false, false, sizeof(struct iovec)),
     };
 }
@@ -91,7 +92,7 @@ static void coroutine_fn vu_blk_mem_in_main_loop(VuBlkMem *mem, GArray *regs,
                                                  bool add)
 {
     MainLoopWork w = {
-        .blk = mem->blk,
+        .blk = mem->exp->blk,
         .regs = regs,
         .add = add,
         .co = qemu_coroutine_self(),
@@ -198,6 +199,7 @@ again:
     }
     mem->register_running = false;
     vhost_user_server_dec_in_flight(server);
+    blk_exp_unref(mem->exp);    /* the BH's */
 }
 
 static void vu_blk_mem_register_bh(void *opaque)
@@ -206,19 +208,21 @@ static void vu_blk_mem_register_bh(void *opaque)
 
     mem->register_scheduled = false;
     if (mem->releasing) {
-        return; /* the change schedules us again when it is done */
-    }
-    if (mem->register_running) {
+        /* the change schedules us again when it is done */
+        blk_exp_unref(mem->exp);
+    } else if (mem->register_running) {
         mem->register_again = true;
-        return;
-    }
-    if (mem->server->quiescing) {
+        blk_exp_unref(mem->exp);
+    } else if (mem->server->quiescing) {
         mem->restart_pending = true; /* vu_blk_mem_drained_end() */
-        return;
+        blk_exp_unref(mem->exp);
+    } else {
+        /* The coroutine takes the reference over */
+        mem->register_running = true;
+        vhost_user_server_inc_in_flight(mem->server);
+        qemu_coroutine_enter(qemu_coroutine_create(vu_blk_mem_register_co,
+                                                   mem));
     }
-    mem->register_running = true;
-    vhost_user_server_inc_in_flight(mem->server);
-    qemu_coroutine_enter(qemu_coroutine_create(vu_blk_mem_register_co, mem));
 }
 
 void coroutine_fn vu_blk_mem_release(VuBlkMem *mem)
@@ -248,6 +252,8 @@ static void vu_blk_mem_schedule_register(VuBlkMem *mem)
         mem->restart_pending = true; /* detached: a drain began */
     } else if (!mem->register_scheduled) {
         mem->register_scheduled = true;
+        /* The export must outlive the BH and the coroutine it starts */
+        blk_exp_ref(mem->exp);
         aio_bh_schedule_oneshot(ctx, vu_blk_mem_register_bh, mem);
     }
 }

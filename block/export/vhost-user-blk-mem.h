@@ -6,11 +6,12 @@
 #define VHOST_USER_BLK_MEM_H
 
 #include "qemu/coroutine.h"
+#include "block/export.h"
 #include "qemu/vhost-user-server.h"
 
 typedef struct VuBlkMem {
     VuServer *server;
-    BlockBackend *blk;
+    BlockExport *exp;
     GArray *regs;           /* struct iovec: what blk_register_buf() has */
     bool stopped;           /* pop no request: the memory table changes */
     bool releasing;         /* vu_blk_mem_release() runs */
@@ -20,7 +21,7 @@ typedef struct VuBlkMem {
     bool restart_pending;   /* for the end of a drain */
 } VuBlkMem;
 
-void vu_blk_mem_init(VuBlkMem *mem, VuServer *server, BlockBackend *blk);
+void vu_blk_mem_init(VuBlkMem *mem, VuServer *server, BlockExport *exp);
 void vu_blk_mem_cleanup(VuBlkMem *mem);
 
 /* Whether a queue may pop requests now (else it is kicked again later) */
