@@ -152,18 +152,28 @@ class Frontend:
             time.sleep(0.005)
         return False
 
-    def rw(self, write, sector, data_len, fill=None):
-        """One request in three descriptors; the status byte, or None"""
-        struct.pack_into("<IIQ", self.mem, HDR, BLK_T_OUT if write
+    def start(self, write, sector, data_len, fill=None, slot=0):
+        """Submit one request in three descriptors, without waiting; each
+        slot has its own descriptors, header, data and status byte"""
+        hdr, data, status = HDR + 16 * slot, DATA + 65536 * slot, STATUS + slot
+        struct.pack_into("<IIQ", self.mem, hdr, BLK_T_OUT if write
                          else BLK_T_IN, 0, sector)
         if fill is not None:
-            self.mem[DATA:DATA + data_len] = fill
-        self.mem[STATUS] = 0xff
-        self.put_desc(0, HDR, 16, DESC_F_NEXT, 1)
-        self.put_desc(1, DATA, data_len,
-                      DESC_F_NEXT | (0 if write else DESC_F_WRITE), 2)
-        self.put_desc(2, STATUS, 1, DESC_F_WRITE)
-        self.submit(0)
+            self.mem[data:data + data_len] = fill
+        self.mem[status] = 0xff
+        self.put_desc(3 * slot, hdr, 16, DESC_F_NEXT, 3 * slot + 1)
+        self.put_desc(3 * slot + 1, data, data_len,
+                      DESC_F_NEXT | (0 if write else DESC_F_WRITE),
+                      3 * slot + 2)
+        self.put_desc(3 * slot + 2, status, 1, DESC_F_WRITE)
+        self.submit(3 * slot)
+
+    def used_idx(self):
+        return struct.unpack_from("<H", self.mem, USED + 2)[0]
+
+    def rw(self, write, sector, data_len, fill=None):
+        """One request; its status byte, or None"""
+        self.start(write, sector, data_len, fill)
         if self.wait_used():
             return self.mem[STATUS]
         # Tell a lost kick from a request that never ends
@@ -253,6 +263,9 @@ def bad_index(msg):
             f.vring_num(100000, 64)
         elif msg == SET_VRING_BASE:
             f.vring_base(100000, 1)
+        elif msg == GET_VRING_BASE:
+            f.send(GET_VRING_BASE, struct.pack("<II", 100000, 0))
+            f.recv_u64(GET_VRING_BASE)
         else:
             f.vring_addr(100000)
     return case
@@ -343,6 +356,7 @@ CASES = {
     "vring-num-index": bad_index(SET_VRING_NUM),
     "vring-base-index": bad_index(SET_VRING_BASE),
     "vring-addr-index": bad_index(SET_VRING_ADDR),
+    "get-vring-base-index": bad_index(GET_VRING_BASE),
     "ring-size-zero": ring_size_zero,
     "ring-size-huge": ring_size_huge,
     "ring-past-memory": ring_past_memory,
@@ -354,6 +368,68 @@ CASES = {
     "indirect-past-memory": indirect_past_memory,
     "head-out-of-range": head_out_of_range,
 }
+
+
+# --- requests in flight when a ring stops or the frontend goes ------------
+# On the "slow" export, behind a throttle: a first request primes the
+# throttle's bucket, a second one then stays in flight for about 2 s.
+SLOW_BPS = 32768
+
+
+def start_slow_read(f):
+    f.setup()
+    if f.rw(True, 0, 65536, pattern(7, 65536)) != BLK_S_OK:
+        raise AssertionError("the priming write failed")
+    f.start(False, 0, 65536, slot=1)
+    time.sleep(0.2)
+    if f.used_idx() != 1:
+        raise AssertionError("the throttled read was not in flight")
+
+
+def stop_in_flight(path):
+    """GET_VRING_BASE stops a ring: the device must complete the ring's
+    requests first, and a device whose rings are all stopped must not
+    write guest memory (docs/interop/vhost-user.rst, suspended state)."""
+    f = Frontend(path)
+    err = None
+    try:
+        start_slow_read(f)
+        f.send(GET_VRING_BASE, struct.pack("<II", 0, 0))
+        base = f.recv_u64(GET_VRING_BASE) >> 32
+        used = f.used_idx()
+        if base != 2:
+            err = f"the ring's base is {base}, not 2"
+        elif used != 2:
+            err = ("the ring stopped with its request in flight (used "
+                   "index 1 at the reply)")
+        elif f.mem[STATUS + 1] != BLK_S_OK or \
+                f.mem[DATA + 65536:DATA + 131072] != pattern(7, 65536):
+            err = "the read completed with other data or status"
+        time.sleep(2.5)
+        if not err and f.used_idx() != used:
+            err = "the device wrote guest memory after its ring stopped"
+    except (OSError, EOFError, AssertionError) as e:
+        err = f"{type(e).__name__}: {e}"
+    finally:
+        f.close()
+    return err
+
+
+def kick_after_close(path):
+    """The frontend closes the connection with a request in flight, then
+    kicks a new one through the eventfd it still holds."""
+    f = Frontend(path)
+    try:
+        start_slow_read(f)
+        f.sock.close()
+        time.sleep(0.1)
+        f.start(False, 256, 4096, slot=2)
+        time.sleep(3)
+        return None
+    except (OSError, EOFError, AssertionError) as e:
+        return f"{type(e).__name__}: {e}"
+    finally:
+        f.close()
 
 
 def good_round(path, seed):
@@ -392,7 +468,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--qsd", required=True)
     ap.add_argument("--workdir", required=True)
-    ap.add_argument("--case", action="append", choices=sorted(CASES),
+    ap.add_argument("--case", action="append", choices=sorted(CASES) +
+                    ["stop-in-flight", "kick-after-close"],
                     help="run only these (default: all)")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
@@ -400,16 +477,20 @@ def main():
     with open(disk, "wb") as f:
         f.truncate(64 << 20)
     sock = {n: os.path.join(a.workdir, f"{n}.sock")
-            for n in ("victim", "bystander")}
+            for n in ("victim", "bystander", "slow")}
     qmp_sock = os.path.join(a.workdir, "qmp.sock")
     for p in list(sock.values()) + [qmp_sock]:
         if os.path.exists(p):
             os.unlink(p)
     cmd = [a.qsd, "--object", "iothread,id=io0",
+           "--object", f"throttle-group,id=tg0,limits.bps-total={SLOW_BPS}",
            "--blockdev", f"file,node-name=disk0,filename={disk},"
-                         "aio=io_uring,cache.direct=on,aio-fixed-buffers=on"]
+                         "aio=io_uring,cache.direct=on,aio-fixed-buffers=on",
+           "--blockdev", "throttle,node-name=slow0,throttle-group=tg0,"
+                         "file=disk0"]
     for i, (name, path) in enumerate(sock.items()):
-        cmd += ["--export", f"vhost-user-blk,id={name},node-name=disk0,"
+        node = "slow0" if name == "slow" else "disk0"
+        cmd += ["--export", f"vhost-user-blk,id={name},node-name={node},"
                 f"writable=on,addr.type=unix,addr.path={path},num-queues=4"
                 + (",iothread=io0" if i == 0 else "")]
     cmd += ["--chardev", f"socket,id=m,path={qmp_sock},server=on,wait=off",
@@ -430,7 +511,21 @@ def main():
             results.append((err is None, "a frontend that moves its memory "
                             f"reads and writes the new memory only "
                             f"({os.path.basename(path)}){': ' + err if err else ''}"))
-        for seed, name in enumerate(a.case or CASES, 2):
+        if "stop-in-flight" in (a.case or ["stop-in-flight"]):
+            err = stop_in_flight(sock["slow"])
+            results.append((err is None, "a ring stops once its request in "
+                            f"flight completed{': ' + err if err else ''}"))
+        if "kick-after-close" in (a.case or ["kick-after-close"]):
+            err = kick_after_close(sock["slow"])
+            up = qsd.poll() is None
+            results.append((err is None and up, "a kick after the frontend "
+                            "left with a request in flight: the daemon is up"
+                            + (f": {err}" if err else "") + ("" if up else
+                            f" (exit status {qsd.returncode})")))
+        cases = [c for c in a.case or CASES if c in CASES]
+        for seed, name in enumerate(cases, 2):
+            if qsd.poll() is not None:
+                break
             f = Frontend(sock["victim"])
             try:
                 CASES[name](f)
@@ -451,8 +546,8 @@ def main():
             except Exception as e:
                 exports = set()
                 print(f"QMP: {e}")
-            results.append((exports == set(sock), f"{name}: both exports "
-                            "are still there"))
+            results.append((exports == set(sock), f"{name}: every export is "
+                            "still there"))
             err = good_round(sock["bystander"], seed)
             results.append((err is None, f"{name}: the other export serves "
                             f"a new frontend{': ' + err if err else ''}"))
