@@ -8,7 +8,9 @@ Scenarios:
   kill-restart  a VM is killed (SIGKILL) in the middle of its I/O, then a
                 second VM runs on the same daemon;
   hotplug       a DIMM is plugged into the VM while its fio runs: the
-                frontend sends a new memory table mid-I/O.
+                frontend sends a new memory table mid-I/O;
+  migrate       the VM migrates while its fio runs, to a second QEMU on a
+                second export of the same image in the same daemon.
 The daemon must stay up throughout, count fixed reads and writes and no
 fallback, and hold registered exactly the memory of the VM it serves.
 VU_QSD_ARGS and VU_QEMU_ARGS add arguments (traces, for instance).
@@ -38,7 +40,7 @@ def parse_args():
     ap.add_argument("--guest", required=True, help="vmlinuz/initramfs dir")
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--scenario", default="plain",
-                    choices=["plain", "kill-restart", "hotplug"])
+                    choices=["plain", "kill-restart", "hotplug", "migrate"])
     ap.add_argument("--smp", type=int, default=4)
     ap.add_argument("--queues", type=int, default=4)
     ap.add_argument("--queue-size", type=int, default=256)
@@ -53,21 +55,24 @@ def parse_args():
     return ap.parse_args()
 
 
-def qsd_command(a, disk, vu_sock, qmp_sock):
+def qsd_command(a, disk, vu_socks, qmp_sock):
+    exports = []
+    for i, sock in enumerate(vu_socks):
+        exports += ["--export", f"vhost-user-blk,id=exp{i},node-name=disk0,"
+                    f"writable=on,addr.type=unix,addr.path={sock},"
+                    f"num-queues={a.queues},iothread=io0"]
     return [
         a.qsd,
         "--object", "iothread,id=io0",
         "--blockdev", f"file,node-name=disk0,filename={disk},aio=io_uring,"
                       "cache.direct=on,aio-fixed-buffers=on",
-        "--export", "vhost-user-blk,id=exp0,node-name=disk0,writable=on,"
-                    f"addr.type=unix,addr.path={vu_sock},"
-                    f"num-queues={a.queues},iothread=io0",
+    ] + exports + [
         "--chardev", f"socket,id=qmp0,path={qmp_sock},server=on,wait=off",
         "--monitor", "chardev=qmp0",
     ] + os.environ.get("VU_QSD_ARGS", "").split()
 
 
-def vm_command(a, vu_sock, qmp_sock, console, runtime, hotplug):
+def vm_command(a, vu_sock, qmp_sock, console, runtime, hotplug, incoming):
     ram = (f"memory-backend-memfd,id=ram0,size={a.mem}M,share=on,"
            "hugetlb=on,hugetlbsize=2M")
     mem = f"{a.mem}M"
@@ -82,6 +87,7 @@ def vm_command(a, vu_sock, qmp_sock, console, runtime, hotplug):
         "-device", f"vhost-user-blk-pci,id=vblk0,chardev=vu0,"
                    f"num-queues={a.queues},queue-size={a.queue_size}",
     ] + guest_args(a, runtime, console, qmp_sock) + \
+        (["-incoming", "defer"] if incoming else []) + \
         os.environ.get("VU_QEMU_ARGS", "").split()
 
 
@@ -89,17 +95,21 @@ class Daemon:
     """qemu-storage-daemon and what its QMP says of fixed buffers."""
 
     def __init__(self, a, disk):
+        """Two exports for a migration (vu_sock and vu_sock2), else one"""
         self.vu_sock = os.path.join(a.workdir, "vhost-user.sock")
+        self.vu_sock2 = os.path.join(a.workdir, "vhost-user2.sock")
+        socks = [self.vu_sock] + ([self.vu_sock2]
+                                  if a.scenario == "migrate" else [])
         qmp_sock = os.path.join(a.workdir, "qsd-qmp.sock")
-        for path in (self.vu_sock, qmp_sock):
+        for path in socks + [self.vu_sock2, qmp_sock]:
             if os.path.exists(path):
                 os.unlink(path)
-        cmd = qsd_command(a, disk, self.vu_sock, qmp_sock)
+        cmd = qsd_command(a, disk, socks, qmp_sock)
         print("$ " + " ".join(cmd), flush=True)
         self.proc = subprocess.Popen(cmd)
         self.qmp = QMP(qmp_sock)
         deadline = time.monotonic() + 30
-        while not os.path.exists(self.vu_sock):
+        while not all(os.path.exists(s) for s in socks):
             if time.monotonic() > deadline or self.proc.poll() is not None:
                 raise RuntimeError("the daemon did not listen")
             time.sleep(0.05)
@@ -137,14 +147,16 @@ class Daemon:
 
 
 class VM:
-    def __init__(self, a, name, vu_sock, runtime, hotplug=False):
+    def __init__(self, a, name, vu_sock, runtime, hotplug=False,
+                 incoming=False):
         self.a = a
         qmp_sock = os.path.join(a.workdir, f"{name}-qmp.sock")
         console = os.path.join(a.workdir, f"{name}-console.log")
         for path in (qmp_sock, console):
             if os.path.exists(path):
                 os.unlink(path)
-        cmd = vm_command(a, vu_sock, qmp_sock, console, runtime, hotplug)
+        cmd = vm_command(a, vu_sock, qmp_sock, console, runtime, hotplug,
+                         incoming)
         print(f"{name}: $ " + " ".join(cmd), flush=True)
         self.started = time.monotonic()
         self.proc = subprocess.Popen(cmd)
@@ -258,6 +270,52 @@ def scenario_hotplug(a, d, results):
         vm.quit()
 
 
+def migrate(src, dst, uri, timeout=180):
+    """Migrate @src to @dst; the final status"""
+    dst.qmp.cmd("migrate-incoming", uri=uri)
+    src.qmp.cmd("migrate-set-parameters", **{"max-bandwidth": 8 << 30})
+    src.qmp.cmd("migrate", uri=uri)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = src.qmp.cmd("query-migrate").get("status")
+        if status in ("completed", "failed", "cancelled"):
+            return status
+        time.sleep(0.2)
+    return "timed out"
+
+
+def scenario_migrate(a, d, results):
+    runtime = a.runtime * 3
+    vm1 = VM(a, "vm1", d.vu_sock, runtime)
+    vm2 = None
+    try:
+        ok = wait_fixed(d, 1000, a.timeout)
+        results.append((ok, "vm1: fixed I/O ran before the migration"))
+        vm2 = VM(a, "vm2", d.vu_sock2, runtime, incoming=True)
+        _, fixed_before, _ = d.report("before the migration")
+        status = migrate(vm1, vm2, "unix:" + os.path.join(a.workdir,
+                                                          "migration.sock"))
+        print(f"migration: {status}", flush=True)
+        results.append((status == "completed", "vm1 migrated to vm2 in the "
+                        f"middle of its I/O ({status})"))
+        vm1.quit()
+        ram = a.mem * MIB
+        reg = d.wait_registered(lambda r: r <= ram)
+        results.append((ram * 0.9 <= reg <= ram, "the daemon released vm1's "
+                        f"memory and holds vm2's ({reg // MIB} MiB)"))
+        verdict = vm2.wait_shutdown()
+        print(f"vm2: {verdict}", flush=True)
+        results.append(("PASS" in verdict, "vm2: fio verified every block "
+                        "written before and after the migration"))
+        _, fixed_after, _ = d.report("after the migration")
+        results.append((fixed_after > fixed_before, "fixed I/O went on "
+                        "after the migration"))
+    finally:
+        vm1.quit()
+        if vm2:
+            vm2.quit()
+
+
 def main():
     a = parse_args()
     os.makedirs(a.workdir, exist_ok=True)
@@ -270,7 +328,8 @@ def main():
     d = Daemon(a, disk)
     try:
         {"plain": scenario_plain, "kill-restart": scenario_kill_restart,
-         "hotplug": scenario_hotplug}[a.scenario](a, d, results)
+         "hotplug": scenario_hotplug,
+         "migrate": scenario_migrate}[a.scenario](a, d, results)
         reg = d.wait_registered(lambda r: r == 0)
         results.append((reg == 0, "the daemon released all memory once the "
                         f"last VM left ({reg // MIB} MiB left)"))

@@ -231,12 +231,7 @@ void coroutine_fn vu_blk_mem_release(VuBlkMem *mem)
 
     mem->stopped = true;
     mem->releasing = true;
-    while (vhost_user_server_has_in_flight(server)) {
-        assert(qemu_coroutine_self() == server->co_trip);
-        server->wait_idle = true;
-        qemu_coroutine_yield();
-        server->wait_idle = false;
-    }
+    vhost_user_server_wait_requests(server, NULL);
     if (mem->regs->len) {
         vu_blk_mem_in_main_loop(mem, mem->regs, false);
         g_array_set_size(mem->regs, 0);
