@@ -352,6 +352,52 @@ def head_out_of_range(f):
     f.wait_used(1)
 
 
+# The device model's broken chains (tests/qtest/vblk-hostile-test.c,
+# split-chains) where vhost-user has them; each one must stop the device.
+FAR = 16 << 30      # no memory there
+
+
+def chain(descs, table=()):
+    """A case that submits @descs (addr, len, flags, next) at head 0, with
+    @table written at TABLE"""
+    def case(f):
+        f.setup()
+        struct.pack_into("<IIQ", f.mem, HDR, BLK_T_IN, 0, 0)
+        for i, d in enumerate(table):
+            f.put_desc(i, *d, table=TABLE)
+        for i, d in enumerate(descs):
+            f.put_desc(i, *d)
+        f.submit(0)
+        f.wait_used(1)
+    return case
+
+
+def long_table(n):
+    """@n entries chained: header, data buffers, status"""
+    return [(HDR, 16, DESC_F_NEXT, 1)] + \
+        [(DATA + 512 * i, 512, DESC_F_WRITE | DESC_F_NEXT, i + 2)
+         for i in range(n - 2)] + [(STATUS, 1, DESC_F_WRITE, 0)]
+
+
+N, W, IND = DESC_F_NEXT, DESC_F_WRITE, DESC_F_INDIRECT
+CHAINS = {
+    "next-beyond-queue": chain([(HDR, 16, N, 1), (DATA, 512, W | N, 1000)]),
+    "indirect-length-0": chain([(TABLE, 0, IND, 0)]),
+    "indirect-length-odd": chain([(TABLE, 24, IND, 0)]),
+    "indirect-nested": chain([(TABLE, 16, IND, 0)],
+                             [(TABLE + 64, 48, IND, 0)]),
+    "no-status-byte": chain([(HDR, 16, 0, 0)]),
+    "writable-first": chain([(HDR, 16, W | N, 1), (DATA, 512, N, 2),
+                             (STATUS, 1, 0, 0)]),
+    "indirect-outside-memory": chain([(FAR, 48, IND, 0)]),
+    "indirect-4-gib": chain([(TABLE, 0xfffffff0, IND, 0)]),
+    "indirect-longer-than-1024": chain([(TABLE, 1100 * 16, IND, 0)],
+                                       long_table(1100)),
+    "header-status-outside-memory": chain([(FAR, 16, N, 1),
+                                           (FAR + 4096, 1, W, 0)]),
+}
+
+
 CASES = {
     "vring-num-index": bad_index(SET_VRING_NUM),
     "vring-base-index": bad_index(SET_VRING_BASE),
@@ -367,6 +413,7 @@ CASES = {
     "short-header": short_header,
     "indirect-past-memory": indirect_past_memory,
     "head-out-of-range": head_out_of_range,
+    **CHAINS,
 }
 
 
