@@ -119,27 +119,6 @@ static void coroutine_fn vu_blk_mem_wait_pinned(void)
 #endif
 }
 
-/*
- * Serve every started queue: kicks that came while stopped were not.
- * Like a kick handler, end the connection if that broke the device.
- */
-static void vu_blk_mem_restart_queues(VuServer *server)
-{
-    VuDev *dev = &server->vu_dev;
-    int i;
-
-    for (i = 0; dev->vq && i < dev->max_queues; i++) {
-        VuVirtq *vq = vu_get_queue(dev, i);
-
-        if (vq->handler && vu_queue_started(dev, vq)) {
-            vq->handler(dev, i);
-        }
-    }
-    if (dev->broken && server->ioc) {
-        qio_channel_shutdown(server->ioc, QIO_CHANNEL_SHUTDOWN_BOTH, NULL);
-    }
-}
-
 static bool vu_blk_mem_has(VuBlkMem *mem, const struct iovec *iov)
 {
     unsigned i;
@@ -194,7 +173,7 @@ again:
             mem->restart_pending = true;
         } else {
             mem->stopped = false;
-            vu_blk_mem_restart_queues(server);
+            vhost_user_server_serve_queues(server);
         }
     }
     mem->register_running = false;
