@@ -101,44 +101,10 @@ VirtQueuePool *virtqueue_pool_new(size_t elem_size, unsigned int inline_sg,
 }
 
 /*
- * The process-wide budget of requests in flight.
- *
- * Every request a pool has out runs on a coroutine with a stack mapping of
- * its own, and QEMU aborts when it cannot map another one.  The pools
- * that take their limit from the budget share half of the stacks that
- * qemu-coroutine.c reckons the host allows (the other half is left to
- * the block layer's own coroutines, block jobs and everything else), in
- * equal parts, whatever device they belong to.  Each may always keep
- * VIRTQUEUE_POOL_MIN_IN_FLIGHT out, even where that overdraws the
- * budget: a warning says so once.
- *
- * Pools join and leave under the BQL (device realize and unrealize); the
- * share is read by any thread.
+ * The pools that take their limit from the process-wide budget of
+ * requests in flight (qemu_coroutine_budget_share()) join it when they
+ * get their limit and leave it when they are freed, under the BQL.
  */
-static unsigned int budget_pools;
-static unsigned int budget_share;   /* atomic */
-
-static void budget_update(void)
-{
-    static bool warned;
-    unsigned int stacks = qemu_coroutine_max_stacks() / 2;
-    unsigned int share = stacks / MAX(budget_pools, 1);
-
-    if (share < VIRTQUEUE_POOL_MIN_IN_FLIGHT) {
-        if (!warned) {
-            warn_report("vm.max_map_count leaves room for %u coroutine "
-                        "stacks, too few for %u virtqueues: each keeps up to "
-                        "%u requests in flight, and a guest that fills them "
-                        "all can make QEMU abort; raise vm.max_map_count",
-                        qemu_coroutine_max_stacks(), budget_pools,
-                        VIRTQUEUE_POOL_MIN_IN_FLIGHT);
-            warned = true;
-        }
-        share = VIRTQUEUE_POOL_MIN_IN_FLIGHT;
-    }
-    qatomic_set(&budget_share, share);
-}
-
 void virtqueue_pool_limit_in_flight(VirtQueuePool *pool,
                                     unsigned int max_in_flight,
                                     void (*wake)(void *opaque), void *opaque)
@@ -150,22 +116,20 @@ void virtqueue_pool_limit_in_flight(VirtQueuePool *pool,
     pool->wake = wake;
     pool->wake_opaque = opaque;
     if (max_in_flight == 0) {
-        budget_pools++;
-        budget_update();
+        qemu_coroutine_budget_join();
     }
 }
 
 static void budget_leave(VirtQueuePool *pool)
 {
     if (pool->max_in_flight == 0) {
-        budget_pools--;
-        budget_update();
+        qemu_coroutine_budget_leave();
     }
 }
 
 static unsigned int pool_limit(VirtQueuePool *pool)
 {
-    return pool->max_in_flight ?: qatomic_read(&budget_share);
+    return pool->max_in_flight ?: qemu_coroutine_budget_share();
 }
 
 /*

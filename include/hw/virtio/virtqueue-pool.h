@@ -10,6 +10,7 @@
 #define HW_VIRTIO_VIRTQUEUE_POOL_H
 
 #include "hw/virtio/virtio.h"
+#include "qemu/coroutine.h"
 
 /*
  * Requests of one virtqueue: a device struct that starts with a
@@ -29,7 +30,7 @@ VirtQueuePool *virtqueue_pool_new(size_t elem_size, unsigned int inline_sg,
                                   size_t extra_per_sg);
 
 /* A pool in the process-wide budget may always keep this many out */
-#define VIRTQUEUE_POOL_MIN_IN_FLIGHT 16
+#define VIRTQUEUE_POOL_MIN_IN_FLIGHT QEMU_COROUTINE_MIN_SHARE
 
 /*
  * Let at most @max_in_flight requests be out at once, or with 0, the
