@@ -13,7 +13,6 @@ Scenarios:
                 second export of the same image in the same daemon.
 The daemon must stay up throughout, count fixed reads and writes and no
 fallback, and hold registered exactly the memory of the VM it serves.
-VU_QSD_ARGS and VU_QEMU_ARGS add arguments (traces, for instance).
 """
 
 import argparse
@@ -69,7 +68,7 @@ def qsd_command(a, disk, vu_socks, qmp_sock):
     ] + exports + [
         "--chardev", f"socket,id=qmp0,path={qmp_sock},server=on,wait=off",
         "--monitor", "chardev=qmp0",
-    ] + os.environ.get("VU_QSD_ARGS", "").split()
+    ]
 
 
 def vm_command(a, vu_sock, qmp_sock, console, runtime, hotplug, incoming):
@@ -87,8 +86,7 @@ def vm_command(a, vu_sock, qmp_sock, console, runtime, hotplug, incoming):
         "-device", f"vhost-user-blk-pci,id=vblk0,chardev=vu0,"
                    f"num-queues={a.queues},queue-size={a.queue_size}",
     ] + guest_args(a, runtime, console, qmp_sock) + \
-        (["-incoming", "defer"] if incoming else []) + \
-        os.environ.get("VU_QEMU_ARGS", "").split()
+        (["-incoming", "defer"] if incoming else [])
 
 
 class Daemon:
