@@ -222,6 +222,17 @@ def run_vm(a, d, name, results):
         vm.quit()
 
 
+def verify_across(d, vm, name, fixed_before, what, results):
+    """The guest's verdict once it powered off, and fixed I/O after @what"""
+    verdict = vm.wait_shutdown()
+    print(f"{name}: {verdict}", flush=True)
+    results.append(("PASS" in verdict, f"{name}: fio verified every block "
+                    f"written before and after {what}"))
+    _, fixed_after, _ = d.report(f"after {what}")
+    results.append((fixed_after > fixed_before, "fixed I/O went on after "
+                    f"{what}"))
+
+
 def scenario_plain(a, d, results):
     run_vm(a, d, "vm1", results)
 
@@ -257,13 +268,7 @@ def scenario_hotplug(a, d, results):
         reg = d.wait_registered(lambda r: r >= before + a.dimm * MIB)
         results.append((reg >= before + a.dimm * MIB, "the daemon registered "
                         f"the DIMM ({before // MIB} -> {reg // MIB} MiB)"))
-        verdict = vm.wait_shutdown()
-        print(f"vm1: {verdict}", flush=True)
-        results.append(("PASS" in verdict, "vm1: fio verified every block "
-                        "it wrote across the hot-plug"))
-        _, fixed_after, _ = d.report("after the hot-plug")
-        results.append((fixed_after > fixed_before, "fixed I/O went on after "
-                        "the new memory table"))
+        verify_across(d, vm, "vm1", fixed_before, "the hot-plug", results)
     finally:
         vm.quit()
 
@@ -301,13 +306,7 @@ def scenario_migrate(a, d, results):
         reg = d.wait_registered(lambda r: r <= ram)
         results.append((ram * 0.9 <= reg <= ram, "the daemon released vm1's "
                         f"memory and holds vm2's ({reg // MIB} MiB)"))
-        verdict = vm2.wait_shutdown()
-        print(f"vm2: {verdict}", flush=True)
-        results.append(("PASS" in verdict, "vm2: fio verified every block "
-                        "written before and after the migration"))
-        _, fixed_after, _ = d.report("after the migration")
-        results.append((fixed_after > fixed_before, "fixed I/O went on "
-                        "after the migration"))
+        verify_across(d, vm2, "vm2", fixed_before, "the migration", results)
     finally:
         vm1.quit()
         if vm2:
