@@ -511,6 +511,16 @@ def _good_round(path, seed):
         f.close()
 
 
+def backtraces(pid):
+    """Every thread's stack of process @pid, if gdb is there"""
+    try:
+        return subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex",
+                               "thread apply all bt 30"], text=True,
+                              capture_output=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"(no backtrace: {e})"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--qsd", required=True)
@@ -529,17 +539,22 @@ def main():
     for p in list(sock.values()) + [qmp_sock]:
         if os.path.exists(p):
             os.unlink(p)
-    cmd = [a.qsd, "--object", "iothread,id=io0",
+    cmd = [a.qsd, "--object", "iothread,id=io0", "--object", "iothread,id=io1",
            "--object", f"throttle-group,id=tg0,limits.bps-total={SLOW_BPS}",
            "--blockdev", f"file,node-name=disk0,filename={disk},"
                          "aio=io_uring,cache.direct=on,aio-fixed-buffers=on",
            "--blockdev", "throttle,node-name=slow0,throttle-group=tg0,"
                          "file=disk0"]
-    for i, (name, path) in enumerate(sock.items()):
+    # The bystander moves the image to io0; the victim's and the slow
+    # export's queues run in io0 and io1, their messages where the image is
+    threads = {"victim": "iothread.0=io0,iothread.1=io1",
+               "bystander": "iothread=io0",
+               "slow": "iothread.0=io1,iothread.1=io0"}
+    for name, path in sock.items():
         node = "slow0" if name == "slow" else "disk0"
         cmd += ["--export", f"vhost-user-blk,id={name},node-name={node},"
-                f"writable=on,addr.type=unix,addr.path={path},num-queues=4"
-                + (",iothread=io0" if i == 0 else "")]
+                f"writable=on,addr.type=unix,addr.path={path},num-queues=4,"
+                + threads[name]]
     cmd += ["--chardev", f"socket,id=m,path={qmp_sock},server=on,wait=off",
             "--monitor", "chardev=m"]
     print("$ " + " ".join(cmd), flush=True)
@@ -606,7 +621,12 @@ def main():
                 q.cmd("quit")
             except (OSError, EOFError):
                 pass    # it may close the monitor before it answers
-            qsd.wait(timeout=30)
+            try:
+                qsd.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                print("the daemon did not quit; its threads:\n" +
+                      backtraces(qsd.pid), flush=True)
+                raise
         results.append((qsd.returncode == 0, "the daemon quit cleanly (exit "
                         f"status {qsd.returncode})"))
     finally:

@@ -43,6 +43,8 @@ def parse_args():
     ap.add_argument("--smp", type=int, default=4)
     ap.add_argument("--queues", type=int, default=4)
     ap.add_argument("--queue-size", type=int, default=256)
+    ap.add_argument("--iothreads", type=int, default=1,
+                    help="the export's IOThreads (a list from 2 on)")
     ap.add_argument("--mem", type=int, default=1024, help="MiB")
     ap.add_argument("--dimm", type=int, default=256, help="MiB (hotplug)")
     ap.add_argument("--jobs", type=int, default=4)
@@ -54,15 +56,25 @@ def parse_args():
     return ap.parse_args()
 
 
+def iothread_names(a):
+    return [f"io{i}" for i in range(a.iothreads)]
+
+
 def qsd_command(a, disk, vu_socks, qmp_sock):
+    names = iothread_names(a)
+    if len(names) == 1:
+        iothread = "iothread=io0"
+    else:
+        iothread = ",".join(f"iothread.{i}={n}" for i, n in enumerate(names))
     exports = []
     for i, sock in enumerate(vu_socks):
         exports += ["--export", f"vhost-user-blk,id=exp{i},node-name=disk0,"
                     f"writable=on,addr.type=unix,addr.path={sock},"
-                    f"num-queues={a.queues},iothread=io0"]
-    return [
-        a.qsd,
-        "--object", "iothread,id=io0",
+                    f"num-queues={a.queues},{iothread}"]
+    objects = []
+    for n in names:
+        objects += ["--object", f"iothread,id={n}"]
+    return [a.qsd] + objects + [
         "--blockdev", f"file,node-name=disk0,filename={disk},aio=io_uring,"
                       "cache.direct=on,aio-fixed-buffers=on",
     ] + exports + [
@@ -111,6 +123,11 @@ class Daemon:
             if time.monotonic() > deadline or self.proc.poll() is not None:
                 raise RuntimeError("the daemon did not listen")
             time.sleep(0.05)
+
+    def fixed_by_ring(self):
+        info = self.qmp.cmd("x-query-io-uring-buffers")
+        return {r["name"]: r["fixed-reads"] + r["fixed-writes"]
+                for r in info["rings"]}
 
     def stats(self):
         info = self.qmp.cmd("x-query-io-uring-buffers")
@@ -334,6 +351,13 @@ def main():
         results.append((fixed > 0, "the daemon read and wrote through fixed "
                         "buffers"))
         results.append((not fb, "no request fell back from fixed buffers"))
+        if a.iothreads > 1:
+            by_ring = d.fixed_by_ring()
+            print(f"fixed operations by ring: {by_ring}", flush=True)
+            results.append((all(by_ring.get(n, 0) > 0
+                                for n in iothread_names(a)),
+                            f"each of the export's {a.iothreads} IOThreads "
+                            "read and wrote through fixed buffers"))
     finally:
         rc = d.stop()
     results.append((rc == 0, f"the daemon quit cleanly (exit status {rc})"))

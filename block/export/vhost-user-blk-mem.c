@@ -25,6 +25,8 @@
  * connection's coroutine (messages, the end of the connection), in its
  * kick handlers, and in the coroutine that registers a new table, which
  * counts as a request in flight so that the next change waits for it.
+ * Only 'stopped' is read elsewhere too, by queues served in IOThreads of
+ * their own; the server pauses those while a message is handled.
  * blk_register_buf() and blk_unregister_buf() want the main loop thread
  * with the BQL: a coroutine has a main loop BH call them and waits.
  */
@@ -169,10 +171,10 @@ again:
         goto again;
     }
     if (mem->stopped && !mem->releasing) {
-        if (server->quiescing) {
+        if (qatomic_read(&server->quiescing)) {
             mem->restart_pending = true;
         } else {
-            mem->stopped = false;
+            qatomic_set(&mem->stopped, false);
             vhost_user_server_serve_queues(server);
         }
     }
@@ -192,7 +194,7 @@ static void vu_blk_mem_register_bh(void *opaque)
     } else if (mem->register_running) {
         mem->register_again = true;
         blk_exp_unref(mem->exp);
-    } else if (mem->server->quiescing) {
+    } else if (qatomic_read(&mem->server->quiescing)) {
         mem->restart_pending = true; /* vu_blk_mem_drained_end() */
         blk_exp_unref(mem->exp);
     } else {
@@ -208,7 +210,7 @@ void coroutine_fn vu_blk_mem_release(VuBlkMem *mem)
 {
     VuServer *server = mem->server;
 
-    mem->stopped = true;
+    qatomic_set(&mem->stopped, true);
     mem->releasing = true;
     vhost_user_server_wait_requests(server, NULL);
     if (mem->regs->len) {
@@ -257,7 +259,7 @@ void coroutine_fn vu_blk_mem_before_msg(VuBlkMem *mem, VhostUserMsg *vmsg)
          * A region will be mapped: nothing to wait for, but pop nothing
          * until it is registered and pinned, as for a new table
          */
-        mem->stopped = true;
+        qatomic_set(&mem->stopped, true);
         break;
     default:
         return;

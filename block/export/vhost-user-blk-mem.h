@@ -13,7 +13,7 @@ typedef struct VuBlkMem {
     VuServer *server;
     BlockExport *exp;
     GArray *regs;           /* struct iovec: what blk_register_buf() has */
-    bool stopped;           /* pop no request: the memory table changes */
+    bool stopped;           /* atomic: pop nothing, the memory changes */
     bool releasing;         /* vu_blk_mem_release() runs */
     bool register_scheduled;
     bool register_running;
@@ -27,7 +27,7 @@ void vu_blk_mem_cleanup(VuBlkMem *mem);
 /* Whether a queue may pop requests now (else it is kicked again later) */
 static inline bool vu_blk_mem_may_pop(VuBlkMem *mem)
 {
-    return !mem->stopped;
+    return !qatomic_read(&mem->stopped);
 }
 
 /* Before a vhost-user message: the memory table messages change memory */
