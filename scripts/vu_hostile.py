@@ -114,7 +114,7 @@ class Frontend:
         self.send(req, struct.pack("<Q", index), [efd])
         return efd
 
-    def setup(self, num=None, skip=()):
+    def setup(self, num=None, skip=(), ring=(DESC, AVAIL, USED)):
         num = self.num if num is None else num
         self.send(GET_FEATURES)
         self.recv_u64(GET_FEATURES)
@@ -126,7 +126,7 @@ class Frontend:
         self.vring_num(0, num)
         self.vring_base(0, 0)
         if "addr" not in skip:
-            self.vring_addr(0)
+            self.vring_addr(0, *ring)
         self.kick_fd = self.vring_fd(SET_VRING_KICK, 0)
 
     # --- requests -----------------------------------------------------------
@@ -462,6 +462,57 @@ def stop_in_flight(path):
     return err
 
 
+# --- the memory of long chains in flight ----------------------------------
+# On the "long" export, behind a throttle of 2000 requests a second: a ring
+# of 8192 requests whose chains have 1002 pieces each, all through one
+# indirect table.  libvhost-user gives each an element of 16 KiB; the
+# coroutine budget alone would let the export pop nearly all of them (130
+# MiB); the memory bound of long chains (64 MiB an export) must stop it.
+LONG_N, LONG_PIECES = 8192, 1000
+LONG_DESC, LONG_AVAIL, LONG_USED = 0x100000, 0x140000, 0x150000
+LONG_TABLE, LONG_HDR, LONG_DATA, LONG_STATUS = (0x180000, 0x190000,
+                                                0x1a0000, 0x1b0000)
+LONG_BOUND = 64 << 20
+
+
+def long_chains(path):
+    """Returns an error, or None once every request completed with OK"""
+    f = Frontend(path, num=LONG_N)
+    try:
+        f.setup(ring=(LONG_DESC, LONG_AVAIL, LONG_USED))
+        struct.pack_into("<IIQ", f.mem, LONG_HDR, BLK_T_IN, 0, 0)
+        f.mem[LONG_STATUS] = 0xff
+        f.put_desc(0, LONG_HDR, 16, DESC_F_NEXT, 1, table=LONG_TABLE)
+        # 999 pieces of one byte and one of 25: 1 KiB, two sectors
+        for i in range(LONG_PIECES):
+            f.put_desc(1 + i, LONG_DATA + i, 1 if i < LONG_PIECES - 1 else 25,
+                       DESC_F_WRITE | DESC_F_NEXT, 2 + i, table=LONG_TABLE)
+        f.put_desc(LONG_PIECES + 1, LONG_STATUS, 1, DESC_F_WRITE,
+                   table=LONG_TABLE)
+        for i in range(LONG_N):
+            f.put_desc(i, LONG_TABLE, 16 * (LONG_PIECES + 2),
+                       DESC_F_INDIRECT, table=LONG_DESC)
+            struct.pack_into("<H", f.mem, LONG_AVAIL + 4 + 2 * i, i)
+        struct.pack_into("<H", f.mem, LONG_AVAIL + 2, LONG_N & 0xffff)
+        os.eventfd_write(f.kick_fd, 1)
+        deadline = time.monotonic() + 60
+        used = 0
+        while time.monotonic() < deadline:
+            used = struct.unpack_from("<H", f.mem, LONG_USED + 2)[0]
+            if used == LONG_N & 0xffff:
+                break
+            time.sleep(0.1)
+        else:
+            return f"{used} of {LONG_N} requests completed"
+        if f.mem[LONG_STATUS] != BLK_S_OK:
+            return f"status {f.mem[LONG_STATUS]}"
+        return None
+    except (OSError, EOFError, AssertionError) as e:
+        return f"{type(e).__name__}: {e}"
+    finally:
+        f.close()
+
+
 def kick_after_close(path):
     """The frontend closes the connection with a request in flight, then
     kicks a new one through the eventfd it still holds."""
@@ -511,6 +562,18 @@ def _good_round(path, seed):
         f.close()
 
 
+def heap_peak(path):
+    """The most heap the daemon had, from bench/malloc-count's report"""
+    try:
+        with open(path) as f:
+            for field in f.read().split():
+                if field.startswith("peak_live_bytes="):
+                    return int(field.split("=")[1])
+    except OSError:
+        pass
+    return None
+
+
 def backtraces(pid):
     """Every thread's stack of process @pid, if gdb is there"""
     try:
@@ -525,8 +588,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--qsd", required=True)
     ap.add_argument("--workdir", required=True)
+    ap.add_argument("--malloc-count", metavar="LIB",
+                    help="bench/malloc-count's preload: check the heap")
     ap.add_argument("--case", action="append", choices=sorted(CASES) +
-                    ["stop-in-flight", "kick-after-close"],
+                    ["stop-in-flight", "kick-after-close", "long-chains"],
                     help="run only these (default: all)")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
@@ -534,7 +599,7 @@ def main():
     with open(disk, "wb") as f:
         f.truncate(64 << 20)
     sock = {n: os.path.join(a.workdir, f"{n}.sock")
-            for n in ("victim", "bystander", "slow")}
+            for n in ("victim", "bystander", "slow", "long")}
     qmp_sock = os.path.join(a.workdir, "qmp.sock")
     for p in list(sock.values()) + [qmp_sock]:
         if os.path.exists(p):
@@ -544,21 +609,30 @@ def main():
            "--blockdev", f"file,node-name=disk0,filename={disk},"
                          "aio=io_uring,cache.direct=on,aio-fixed-buffers=on",
            "--blockdev", "throttle,node-name=slow0,throttle-group=tg0,"
+                         "file=disk0",
+           "--object", "throttle-group,id=tg1,limits.iops-total=2000",
+           "--blockdev", "throttle,node-name=mid0,throttle-group=tg1,"
                          "file=disk0"]
     # The bystander moves the image to io0; the victim's and the slow
     # export's queues run in io0 and io1, their messages where the image is
     threads = {"victim": "iothread.0=io0,iothread.1=io1",
                "bystander": "iothread=io0",
-               "slow": "iothread.0=io1,iothread.1=io0"}
+               "slow": "iothread.0=io1,iothread.1=io0",
+               "long": "iothread.0=io1,num-queues=1"}
+    nodes = {"slow": "slow0", "long": "mid0"}
     for name, path in sock.items():
-        node = "slow0" if name == "slow" else "disk0"
-        cmd += ["--export", f"vhost-user-blk,id={name},node-name={node},"
-                f"writable=on,addr.type=unix,addr.path={path},num-queues=4,"
-                + threads[name]]
+        cmd += ["--export", f"vhost-user-blk,id={name},"
+                f"node-name={nodes.get(name, 'disk0')},writable=on,"
+                f"addr.type=unix,addr.path={path},"
+                + ("" if name == "long" else "num-queues=4,") + threads[name]]
     cmd += ["--chardev", f"socket,id=m,path={qmp_sock},server=on,wait=off",
             "--monitor", "chardev=m"]
     print("$ " + " ".join(cmd), flush=True)
-    qsd = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    env = dict(os.environ)
+    mc_out = os.path.join(a.workdir, "malloc-count")
+    if a.malloc_count:
+        env.update(LD_PRELOAD=a.malloc_count, MALLOC_COUNT_OUT=mc_out)
+    qsd = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
     results = []
     try:
         q = QMP(qmp_sock)
@@ -584,6 +658,11 @@ def main():
                             "left with a request in flight: the daemon is up"
                             + (f": {err}" if err else "") + ("" if up else
                             f" (exit status {qsd.returncode})")))
+        if "long-chains" in (a.case or ["long-chains"]):
+            err = long_chains(sock["long"])
+            results.append((err is None, f"{LONG_N} requests of "
+                            f"{LONG_PIECES + 2}-piece chains complete"
+                            + (f": {err}" if err else "")))
         cases = [c for c in a.case or CASES if c in CASES]
         for seed, name in enumerate(cases, 2):
             if qsd.poll() is not None:
@@ -629,6 +708,13 @@ def main():
                 raise
         results.append((qsd.returncode == 0, "the daemon quit cleanly (exit "
                         f"status {qsd.returncode})"))
+        if a.malloc_count and "long-chains" in (a.case or ["long-chains"]):
+            peak = heap_peak(mc_out)
+            results.append((peak is not None and
+                            peak < LONG_BOUND + (16 << 20), "the daemon's "
+                            "heap stayed within the bound of long chains in "
+                            f"flight (peak {peak and peak >> 20} MiB, bound "
+                            f"{LONG_BOUND >> 20} MiB and 16 MiB for the rest)"))
     finally:
         if qsd.poll() is None:
             qsd.kill()
