@@ -19,6 +19,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -584,23 +585,62 @@ def backtraces(pid):
         return f"(no backtrace: {e})"
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--qsd", required=True)
-    ap.add_argument("--workdir", required=True)
-    ap.add_argument("--malloc-count", metavar="LIB",
-                    help="bench/malloc-count's preload: check the heap")
-    ap.add_argument("--case", action="append", choices=sorted(CASES) +
-                    ["stop-in-flight", "kick-after-close", "long-chains"],
-                    help="run only these (default: all)")
-    a = ap.parse_args()
-    os.makedirs(a.workdir, exist_ok=True)
-    disk = os.path.join(a.workdir, "disk.img")
-    with open(disk, "wb") as f:
-        f.truncate(64 << 20)
-    sock = {n: os.path.join(a.workdir, f"{n}.sock")
+def resize_under_io(q, path, rounds=50):
+    """block_resize of the image, again and again, while a frontend
+    writes and reads on the victim (queues in two IOThreads), with the long
+    export never connected: each resize drains the node and notifies the
+    exports.  Before: a drain could miss the last request's end and hang,
+    and the export without a client crashed the daemon (SIGSEGV).  An
+    error, or None."""
+    f = Frontend(path)
+    errors = []
+    stop = threading.Event()
+
+    def io():
+        n = 0
+        while not stop.is_set() and not errors:
+            try:
+                st = f.rw(n % 2 == 0, 8 * (n % 64), 4096, pattern(n, 4096))
+            except (OSError, EOFError, AssertionError) as e:
+                st = f"{type(e).__name__}: {e}"
+            if st != BLK_S_OK:
+                errors.append(f"request {n}: status {st}")
+            n += 1
+
+    try:
+        f.setup()
+        t = threading.Thread(target=io)
+        t.start()
+        try:
+            for i in range(rounds):
+                done = []
+                r = threading.Thread(target=lambda: done.append(q.cmd(
+                    "block_resize", **{"node-name": "disk0",
+                                       "size": 64 << 20})))
+                r.start()
+                r.join(10)
+                if not done:
+                    return f"block_resize {i} did not return in 10 s"
+        finally:
+            stop.set()
+            t.join(15)
+        if errors:
+            return errors[0]
+        if not f.alive():
+            return "the frontend was dropped"
+        return None
+    except (OSError, EOFError, AssertionError, RuntimeError) as e:
+        return f"{type(e).__name__}: {e}"
+    finally:
+        f.close()
+
+
+def start_daemon(a, workdir, disk, malloc_count=None):
+    """The daemon with its four exports of @disk, once they listen:
+    (sockets by export, the QMP socket, the process, malloc-count's file)"""
+    sock = {n: os.path.join(workdir, f"{n}.sock")
             for n in ("victim", "bystander", "slow", "long")}
-    qmp_sock = os.path.join(a.workdir, "qmp.sock")
+    qmp_sock = os.path.join(workdir, "qmp.sock")
     for p in list(sock.values()) + [qmp_sock]:
         if os.path.exists(p):
             os.unlink(p)
@@ -629,16 +669,86 @@ def main():
             "--monitor", "chardev=m"]
     print("$ " + " ".join(cmd), flush=True)
     env = dict(os.environ)
-    mc_out = os.path.join(a.workdir, "malloc-count")
-    if a.malloc_count:
-        env.update(LD_PRELOAD=a.malloc_count, MALLOC_COUNT_OUT=mc_out)
+    mc_out = os.path.join(workdir, "malloc-count")
+    if malloc_count:
+        env.update(LD_PRELOAD=malloc_count, MALLOC_COUNT_OUT=mc_out)
     qsd = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 30
+    while not all(os.path.exists(p) for p in sock.values()):
+        if time.monotonic() > deadline or qsd.poll() is not None:
+            raise RuntimeError("the daemon did not listen")
+        time.sleep(0.05)
+    return sock, qmp_sock, qsd, mc_out
+
+
+def quit_busy(a, disk, rounds=5):
+    """QMP quit while a frontend is connected to each export, one has a
+    request in flight, two closed their sockets a moment ago: the daemon
+    must exit (before the drain's wake-up: it hung in 4 of 10 tries with
+    queues in IOThreads).  An error, or None."""
+    for i in range(rounds):
+        workdir = os.path.join(a.workdir, f"quit{i}")
+        os.makedirs(workdir, exist_ok=True)
+        sock, qmp_sock, qsd, _ = start_daemon(a, workdir, disk)
+        fs = []
+        try:
+            for name in ("victim", "bystander", "long"):
+                f = Frontend(sock[name])
+                fs.append(f)
+                f.setup()
+                if f.rw(True, 0, 4096, pattern(i, 4096)) != BLK_S_OK:
+                    return f"round {i}: a write on {name} failed"
+            f = Frontend(sock["slow"])
+            fs.append(f)
+            start_slow_read(f)
+            fs[0].sock.close()
+            fs[1].sock.close()
+            try:
+                QMP(qmp_sock).cmd("quit")
+            except (OSError, EOFError):
+                pass
+            try:
+                qsd.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                print("the daemon did not quit; its threads:\n" +
+                      backtraces(qsd.pid), flush=True)
+                return f"round {i}: the daemon did not quit in 20 s"
+            if qsd.returncode != 0:
+                return f"round {i}: exit status {qsd.returncode}"
+        except (OSError, EOFError, AssertionError) as e:
+            return f"round {i}: {type(e).__name__}: {e}"
+        finally:
+            for f in fs:
+                try:
+                    f.close()
+                except OSError:
+                    pass
+            if qsd.poll() is None:
+                qsd.kill()
+                qsd.wait()
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--qsd", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--malloc-count", metavar="LIB",
+                    help="bench/malloc-count's preload: check the heap")
+    ap.add_argument("--case", action="append", choices=sorted(CASES) +
+                    ["stop-in-flight", "kick-after-close", "long-chains",
+                     "quit-busy", "resize-under-io"],
+                    help="run only these (default: all)")
+    a = ap.parse_args()
+    os.makedirs(a.workdir, exist_ok=True)
+    disk = os.path.join(a.workdir, "disk.img")
+    with open(disk, "wb") as f:
+        f.truncate(64 << 20)
+    sock, qmp_sock, qsd, mc_out = start_daemon(a, a.workdir, disk,
+                                               a.malloc_count)
     results = []
     try:
         q = QMP(qmp_sock)
-        for p in sock.values():
-            while not os.path.exists(p):
-                time.sleep(0.05)
         err = good_round(sock["victim"], 1)
         results.append((err is None, f"a well-formed frontend reads back "
                         f"what it wrote{': ' + err if err else ''}"))
@@ -647,6 +757,14 @@ def main():
             results.append((err is None, "a frontend that moves its memory "
                             f"reads and writes the new memory only "
                             f"({os.path.basename(path)}){': ' + err if err else ''}"))
+        if "resize-under-io" in (a.case or ["resize-under-io"]):
+            err = resize_under_io(q, sock["victim"])
+            up = qsd.poll() is None
+            results.append((err is None and up, "50 resizes of the image "
+                            "while a frontend does I/O, one export never "
+                            "connected: every request completes, the daemon "
+                            "is up" + (f": {err}" if err else "") +
+                            ("" if up else f" (exit status {qsd.returncode})")))
         if "stop-in-flight" in (a.case or ["stop-in-flight"]):
             err = stop_in_flight(sock["slow"])
             results.append((err is None, "a ring stops once its request in "
@@ -708,6 +826,11 @@ def main():
                 raise
         results.append((qsd.returncode == 0, "the daemon quit cleanly (exit "
                         f"status {qsd.returncode})"))
+        if not a.case or "quit-busy" in a.case:
+            err = quit_busy(a, disk)
+            results.append((err is None, "the daemon quits with frontends "
+                            "connected and a request in flight, 5 times"
+                            + (f": {err}" if err else "")))
         if a.malloc_count and "long-chains" in (a.case or ["long-chains"]):
             peak = heap_peak(mc_out)
             results.append((peak is not None and
