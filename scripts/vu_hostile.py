@@ -823,7 +823,8 @@ def main():
             except subprocess.TimeoutExpired:
                 print("the daemon did not quit; its threads:\n" +
                       backtraces(qsd.pid), flush=True)
-                raise
+                qsd.kill()
+                qsd.wait()
         results.append((qsd.returncode == 0, "the daemon quit cleanly (exit "
                         f"status {qsd.returncode})"))
         if not a.case or "quit-busy" in a.case:
