@@ -81,10 +81,10 @@ def size_bytes(text):
     return int(text)
 
 
-def guest_args(a, runtime, console, sock):
+def guest_args(a, runtime, console, sock, mode="verify"):
     """The test guest's kernel, its fio job, its console and QMP"""
     append = (f"console=ttyS0 panic=-1 quiet vblk.jobs={a.jobs} "
-              f"vblk.size={a.size} vblk.runtime={runtime}")
+              f"vblk.size={a.size} vblk.runtime={runtime} vblk.mode={mode}")
     return [
         "-kernel", os.path.join(a.guest, "vmlinuz"),
         "-initrd", os.path.join(a.guest, "initramfs.gz"),

@@ -30,10 +30,13 @@ GET_FEATURES, SET_FEATURES, SET_OWNER = 1, 2, 3
 SET_MEM_TABLE = 5
 SET_VRING_NUM, SET_VRING_ADDR, SET_VRING_BASE, GET_VRING_BASE = 8, 9, 10, 11
 SET_VRING_KICK, SET_VRING_CALL = 12, 13
+GET_PROTOCOL_FEATURES, SET_PROTOCOL_FEATURES = 15, 16
+POSTCOPY_ADVISE, POSTCOPY_END = 28, 30
 ADD_MEM_REG = 37
 VERSION, REPLY, NEED_REPLY = 0x1, 0x4, 0x8
 
 VIRTIO_F_VERSION_1 = 1 << 32
+PROTOCOL_F_PINNED_MEMORY = 1 << 20
 DESC_F_NEXT, DESC_F_WRITE, DESC_F_INDIRECT = 1, 2, 4
 BLK_T_IN, BLK_T_OUT = 0, 1
 BLK_S_OK = 0
@@ -48,7 +51,8 @@ HDR, DATA, STATUS, TABLE = 0x30000, 0x100000, 0x40000, 0x50000
 class Frontend:
     """A minimal vhost-user frontend: one queue, requests by hand."""
 
-    def __init__(self, path, num=64):
+    def __init__(self, path, num=64, pin=True):
+        self.pin = pin      # accept VHOST_USER_PROTOCOL_F_PINNED_MEMORY
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(10)
         self.sock.connect(path)
@@ -120,6 +124,11 @@ class Frontend:
         self.send(GET_FEATURES)
         self.recv_u64(GET_FEATURES)
         self.send(SET_FEATURES, struct.pack("<Q", VIRTIO_F_VERSION_1))
+        self.send(GET_PROTOCOL_FEATURES)
+        self.protocol_features = self.recv_u64(GET_PROTOCOL_FEATURES)
+        self.send(SET_PROTOCOL_FEATURES, struct.pack(
+            "<Q", self.protocol_features & PROTOCOL_F_PINNED_MEMORY
+            if self.pin else 0))
         self.send(SET_OWNER)
         if "mem" not in skip:
             self.mem_table()
@@ -247,6 +256,77 @@ def remap_round(path, seed):
             old[1].close()
             os.close(old[0])
         f.close()
+
+
+def registered(q, want, timeout=15):
+    """Wait until the daemon holds @want bytes registered; what it holds"""
+    deadline = time.monotonic() + timeout
+    while True:
+        reg = q.cmd("x-query-io-uring-buffers")["registered-bytes"]
+        if reg == want or time.monotonic() > deadline:
+            return reg
+        time.sleep(0.05)
+
+
+def pinning_contract(q, path):
+    """Registration follows VHOST_USER_PROTOCOL_F_PINNED_MEMORY: the
+    export pins the memory of a frontend that accepted it, nothing of one
+    that did not, and nothing between POSTCOPY_ADVISE and POSTCOPY_END
+    (the incoming side of a postcopy migration discards guest memory).
+    A list of (ok, what)."""
+    results = []
+    f = Frontend(path, pin=False)
+    try:
+        f.setup()
+        offered = bool(f.protocol_features & PROTOCOL_F_PINNED_MEMORY)
+        results.append((offered, "the export offers "
+                        "VHOST_USER_PROTOCOL_F_PINNED_MEMORY over a node "
+                        "with fixed buffers"))
+        data = pattern(7, 4096)
+        ok = f.rw(True, 4096, len(data), data) == BLK_S_OK
+        reg = registered(q, 0, 1)
+        results.append((ok and reg == 0, "a frontend that did not accept "
+                        "pinning is served, and none of its memory is "
+                        f"registered ({reg >> 10} KiB)"))
+    except (OSError, EOFError, AssertionError) as e:
+        results.append((False, f"unpinned frontend: {type(e).__name__}: {e}"))
+    finally:
+        f.close()
+    f = Frontend(path)
+    try:
+        f.setup()
+        data = pattern(8, 4096)
+        ok = f.rw(True, 4096, len(data), data) == BLK_S_OK
+        reg = registered(q, MEM)
+        results.append((ok and reg == MEM, "the memory of a frontend that "
+                        f"accepted pinning is registered ({reg >> 10} KiB)"))
+        f.send(POSTCOPY_ADVISE)
+        _, fds, _, _ = socket.recv_fds(f.sock, 12, 1)
+        for fd in fds:
+            os.close(fd)
+        ok = f.rw(False, 4096, len(data)) == BLK_S_OK and \
+            f.mem[DATA:DATA + len(data)] == data
+        reg = registered(q, 0)
+        results.append((ok and reg == 0, "after POSTCOPY_ADVISE nothing is "
+                        f"registered ({reg >> 10} KiB) and reads go on"))
+        f.mem_table()
+        f.rw(False, 4096, len(data))
+        reg = registered(q, 0, 1)
+        results.append((reg == 0, "a memory table during postcopy is not "
+                        f"registered ({reg >> 10} KiB)"))
+        f.send(POSTCOPY_END, flags=VERSION | NEED_REPLY)
+        f.recv_u64(POSTCOPY_END)
+        reg = registered(q, MEM)
+        results.append((reg == MEM and f.alive(), "after POSTCOPY_END the "
+                        f"memory is registered again ({reg >> 10} KiB)"))
+    except (OSError, EOFError, AssertionError) as e:
+        results.append((False, f"postcopy: {type(e).__name__}: {e}"))
+    finally:
+        f.close()
+    reg = registered(q, 0)
+    results.append((reg == 0, "the daemon released the memory when the "
+                    f"frontend left ({reg >> 10} KiB)"))
+    return results
 
 
 def pattern(seed, n):
@@ -737,7 +817,7 @@ def main():
                     help="bench/malloc-count's preload: check the heap")
     ap.add_argument("--case", action="append", choices=sorted(CASES) +
                     ["stop-in-flight", "kick-after-close", "long-chains",
-                     "quit-busy", "resize-under-io"],
+                     "quit-busy", "resize-under-io", "pinning"],
                     help="run only these (default: all)")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
@@ -749,6 +829,8 @@ def main():
     results = []
     try:
         q = QMP(qmp_sock)
+        if "pinning" in (a.case or ["pinning"]):
+            results += pinning_contract(q, sock["bystander"])
         err = good_round(sock["victim"], 1)
         results.append((err is None, f"a well-formed frontend reads back "
                         f"what it wrote{': ' + err if err else ''}"))
@@ -846,6 +928,11 @@ def main():
         stderr = qsd.stderr.read()
         if stderr:
             print("daemon stderr:\n" + stderr.rstrip())
+    if "pinning" in (a.case or ["pinning"]):
+        warned = stderr.count("'bystander': the frontend did not accept "
+                              "VHOST_USER_PROTOCOL_F_PINNED_MEMORY")
+        results.append((warned == 1, "the export warned once that a "
+                        f"frontend did not accept pinning ({warned} times)"))
     for ok, what in results:
         print(f"{'PASS' if ok else 'FAIL'}: {what}")
     return 0 if all(ok for ok, _ in results) else 1

@@ -10,7 +10,13 @@ Scenarios:
   hotplug       a DIMM is plugged into the VM while its fio runs: the
                 frontend sends a new memory table mid-I/O;
   migrate       the VM migrates while its fio runs, to a second QEMU on a
-                second export of the same image in the same daemon.
+                second export of the same image in the same daemon;
+  balloon       a VM on 4 KiB pages with a virtio-balloon: QMP inflates the
+                balloon to a quarter of its memory (QEMU punches the pages
+                out of its memfd) and deflates it, then the guest writes
+                through its page cache, drops it and verifies with direct
+                reads.  A back-end that kept the old pages pinned writes
+                stale data.
 The daemon must stay up throughout, count fixed reads and writes and no
 fallback, and hold registered exactly the memory of the VM it serves.
 """
@@ -39,7 +45,8 @@ def parse_args():
     ap.add_argument("--guest", required=True, help="vmlinuz/initramfs dir")
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--scenario", default="plain",
-                    choices=["plain", "kill-restart", "hotplug", "migrate"])
+                    choices=["plain", "kill-restart", "hotplug", "migrate",
+                             "balloon"])
     ap.add_argument("--smp", type=int, default=4)
     ap.add_argument("--queues", type=int, default=4)
     ap.add_argument("--queue-size", type=int, default=256)
@@ -53,6 +60,10 @@ def parse_args():
     ap.add_argument("--timeout", type=int, default=300, help="seconds a VM")
     ap.add_argument("--accel", choices=["auto", "kvm", "tcg"], default="auto")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--unpinned", action="store_true",
+                    help="the frontend does not accept pinning (a stock "
+                    "QEMU): the daemon must register nothing, warn once "
+                    "and serve without fixed buffers")
     return ap.parse_args()
 
 
@@ -84,8 +95,10 @@ def qsd_command(a, disk, vu_socks, qmp_sock):
 
 
 def vm_command(a, vu_sock, qmp_sock, console, runtime, hotplug, incoming):
-    ram = (f"memory-backend-memfd,id=ram0,size={a.mem}M,share=on,"
-           "hugetlb=on,hugetlbsize=2M")
+    ram = f"memory-backend-memfd,id=ram0,size={a.mem}M,share=on"
+    balloon = a.scenario == "balloon"
+    if not balloon:
+        ram += ",hugetlb=on,hugetlbsize=2M"
     mem = f"{a.mem}M"
     if hotplug:
         mem += f",slots=2,maxmem={a.mem + 2 * a.dimm}M"
@@ -97,7 +110,9 @@ def vm_command(a, vu_sock, qmp_sock, console, runtime, hotplug, incoming):
         "-chardev", f"socket,id=vu0,path={vu_sock}",
         "-device", f"vhost-user-blk-pci,id=vblk0,chardev=vu0,"
                    f"num-queues={a.queues},queue-size={a.queue_size}",
-    ] + guest_args(a, runtime, console, qmp_sock) + \
+    ] + (["-device", "virtio-balloon-pci,id=balloon0"] if balloon else []) + \
+        guest_args(a, runtime, console, qmp_sock,
+                   "balloon" if balloon else "verify") + \
         (["-incoming", "defer"] if incoming else [])
 
 
@@ -116,7 +131,10 @@ class Daemon:
                 os.unlink(path)
         cmd = qsd_command(a, disk, socks, qmp_sock)
         print("$ " + " ".join(cmd), flush=True)
-        self.proc = subprocess.Popen(cmd)
+        self.err_path = os.path.join(a.workdir, "qsd.err")
+        with open(self.err_path, "w") as err:
+            self.proc = subprocess.Popen(cmd, stderr=err)
+        self.max_registered = 0
         self.qmp = QMP(qmp_sock)
         deadline = time.monotonic() + 30
         while not all(os.path.exists(s) for s in socks):
@@ -131,6 +149,8 @@ class Daemon:
 
     def stats(self):
         info = self.qmp.cmd("x-query-io-uring-buffers")
+        self.max_registered = max(self.max_registered,
+                                  info["registered-bytes"])
         fixed = sum(r["fixed-reads"] + r["fixed-writes"]
                     for r in info["rings"])
         fallbacks = {}
@@ -158,7 +178,12 @@ class Daemon:
         return self.stats()[0]
 
     def stop(self):
-        return quit_qemu(self.proc, self.qmp)
+        rc = quit_qemu(self.proc, self.qmp)
+        with open(self.err_path) as f:
+            self.stderr = f.read()
+        for line in self.stderr.splitlines():
+            print(f"qsd| {line}", flush=True)
+        return rc
 
 
 class VM:
@@ -231,10 +256,10 @@ def run_vm(a, d, name, results):
         results.append(("PASS" in verdict, f"{name}: fio verified every "
                         "block it wrote"))
         reg, _, _ = d.report(f"with {name}")
-        ram = a.mem * MIB
+        ram = 0 if a.unpinned else a.mem * MIB
         results.append((ram * 0.9 <= reg <= ram, f"{name}: the daemon "
                         f"registered the VM's memory ({reg // MIB} MiB of "
-                        f"{a.mem} MiB)"))
+                        f"{ram // MIB} MiB)"))
     finally:
         vm.quit()
 
@@ -330,6 +355,44 @@ def scenario_migrate(a, d, results):
             vm2.quit()
 
 
+def wait_balloon(vm, pred, timeout=120):
+    """Wait until the balloon's size satisfies @pred; the last size"""
+    deadline = time.monotonic() + timeout
+    while True:
+        actual = vm.qmp.cmd("query-balloon")["actual"]
+        if pred(actual) or time.monotonic() > deadline:
+            return actual
+        time.sleep(0.2)
+
+
+def scenario_balloon(a, d, results):
+    vm = VM(a, "vm1", d.vu_sock, a.runtime)
+    try:
+        deadline = time.monotonic() + a.timeout
+        while (not vm.con.find("VBLK-GUEST: balloon: waiting") and
+               vm.proc.poll() is None and time.monotonic() < deadline):
+            time.sleep(0.2)
+        ram = a.mem * MIB
+        d.report("before the balloon")
+        vm.qmp.cmd("balloon", value=ram // 4)
+        low = wait_balloon(vm, lambda v: v <= ram // 4 + 16 * MIB)
+        print(f"vm1: balloon inflated, the guest has {low // MIB} MiB",
+              flush=True)
+        results.append((low <= ram // 4 + 16 * MIB, "vm1: the guest gave "
+                        f"back {(ram - low) // MIB} MiB to its balloon"))
+        vm.qmp.cmd("balloon", value=ram)
+        high = wait_balloon(vm, lambda v: v == ram)
+        print(f"vm1: balloon deflated, the guest has {high // MIB} MiB",
+              flush=True)
+        verdict = vm.wait_shutdown()
+        print(f"vm1: {verdict}", flush=True)
+        results.append(("PASS" in verdict, "vm1: what the guest wrote through "
+                        "its page cache after the balloon is on the disk"))
+        d.report("after the balloon")
+    finally:
+        vm.quit()
+
+
 def main():
     a = parse_args()
     os.makedirs(a.workdir, exist_ok=True)
@@ -343,15 +406,23 @@ def main():
     try:
         {"plain": scenario_plain, "kill-restart": scenario_kill_restart,
          "hotplug": scenario_hotplug,
-         "migrate": scenario_migrate}[a.scenario](a, d, results)
+         "migrate": scenario_migrate,
+         "balloon": scenario_balloon}[a.scenario](a, d, results)
         reg = d.wait_registered(lambda r: r == 0)
         results.append((reg == 0, "the daemon released all memory once the "
                         f"last VM left ({reg // MIB} MiB left)"))
         _, fixed, fb = d.report("at the end")
-        results.append((fixed > 0, "the daemon read and wrote through fixed "
-                        "buffers"))
-        results.append((not fb, "no request fell back from fixed buffers"))
-        if a.iothreads > 1:
+        if a.unpinned:
+            results.append((d.max_registered == 0 and fixed == 0,
+                            "the daemon registered none of the frontend's "
+                            f"memory (at most {d.max_registered // MIB} MiB) "
+                            f"and did no fixed I/O ({fixed})"))
+        else:
+            results.append((fixed > 0, "the daemon read and wrote through "
+                            "fixed buffers"))
+            results.append((not fb, "no request fell back from fixed "
+                            "buffers"))
+        if a.iothreads > 1 and not a.unpinned:
             by_ring = d.fixed_by_ring()
             print(f"fixed operations by ring: {by_ring}", flush=True)
             results.append((all(by_ring.get(n, 0) > 0
@@ -361,6 +432,13 @@ def main():
     finally:
         rc = d.stop()
     results.append((rc == 0, f"the daemon quit cleanly (exit status {rc})"))
+    warned = d.stderr.count("did not accept VHOST_USER_PROTOCOL_F_PINNED_MEMORY")
+    if a.unpinned:
+        results.append((warned == 1, "the daemon warned once that the "
+                        f"frontend did not accept pinning ({warned} times)"))
+    else:
+        results.append((warned == 0, "the daemon did not warn of pinning "
+                        f"refused ({warned} times)"))
     for ok, what in results:
         print(f"{'PASS' if ok else 'FAIL'}: {what}")
     return 0 if all(ok for ok, _ in results) else 1

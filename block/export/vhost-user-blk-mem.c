@@ -9,6 +9,19 @@
  * aio-fixed-buffers then reads and writes it through io_uring fixed
  * buffers.
  *
+ * Registered memory may stay pinned, and pinned memory must not be
+ * discarded: a balloon or virtio-mem in the guest would punch pages out
+ * of the frontend's memory while the kernel keeps reading and writing the
+ * old ones.  Inside QEMU the driver that pins disables RAM discard; here
+ * the frontend owns the memory, so the export registers it only with a
+ * frontend that accepted VHOST_USER_PROTOCOL_F_PINNED_MEMORY, by which it
+ * promises to discard none of it while connected.  The export offers the
+ * feature where its node pins registered memory (decided when the export
+ * is created); a frontend that does not accept it is served without
+ * registration, and the export says so once.  Between POSTCOPY_ADVISE and
+ * POSTCOPY_END the incoming side of a migration discards guest memory:
+ * nothing is registered then.
+ *
  * A registered buffer must go before its memory is unmapped: the kernel
  * keeps the pages it pinned, and a new mapping at the same address would
  * be read and written through the old pages.  So before a message that
@@ -45,11 +58,40 @@
 
 void vu_blk_mem_init(VuBlkMem *mem, VuServer *server, BlockExport *exp)
 {
+    GLOBAL_STATE_CODE();
     *mem = (VuBlkMem) {
         .server = server,
         .exp = exp,
         .regs = g_array_new(false, false, sizeof(struct iovec)),
+        .may_pin = blk_pins_registered_bufs(exp->blk),
     };
+}
+
+uint64_t vu_blk_mem_protocol_features(VuBlkMem *mem)
+{
+    return mem->may_pin ? 1ULL << VHOST_USER_PROTOCOL_F_PINNED_MEMORY : 0;
+}
+
+/* Whether the frontend lets the export pin its memory now */
+static bool vu_blk_mem_may_register(VuBlkMem *mem)
+{
+    VuDev *dev = &mem->server->vu_dev;
+
+    if (mem->postcopy) {
+        return false;
+    }
+    if (dev->protocol_features &
+        (1ULL << VHOST_USER_PROTOCOL_F_PINNED_MEMORY)) {
+        return true;
+    }
+    if (mem->may_pin && !mem->warned) {
+        warn_report("vhost-user-blk export '%s': the frontend did not "
+                    "accept VHOST_USER_PROTOCOL_F_PINNED_MEMORY, so its "
+                    "memory is not registered (no io_uring fixed buffers)",
+                    mem->exp->id);
+        mem->warned = true;
+    }
+    return false;
 }
 
 void vu_blk_mem_cleanup(VuBlkMem *mem)
@@ -146,12 +188,13 @@ static void coroutine_fn vu_blk_mem_register_co(void *opaque)
     VuServer *server = mem->server;
     VuDev *dev = &server->vu_dev;
     g_autoptr(GArray) add = g_array_new(false, false, sizeof(struct iovec));
-    unsigned i;
+    unsigned i, n;
 
 again:
     mem->register_again = false;
     g_array_set_size(add, 0);
-    for (i = 0; dev->regions && i < dev->nregions; i++) {
+    n = dev->regions && vu_blk_mem_may_register(mem) ? dev->nregions : 0;
+    for (i = 0; i < n; i++) {
         VuDevRegion *r = &dev->regions[i];
         struct iovec iov = {
             .iov_base = (void *)(uintptr_t)(r->mmap_addr + r->mmap_offset),
@@ -206,7 +249,8 @@ static void vu_blk_mem_register_bh(void *opaque)
     }
 }
 
-void coroutine_fn vu_blk_mem_release(VuBlkMem *mem)
+/* Stop popping, wait for the requests in flight, unregister everything */
+static void coroutine_fn vu_blk_mem_unregister(VuBlkMem *mem)
 {
     VuServer *server = mem->server;
 
@@ -218,6 +262,12 @@ void coroutine_fn vu_blk_mem_release(VuBlkMem *mem)
         g_array_set_size(mem->regs, 0);
     }
     mem->releasing = false;
+}
+
+void coroutine_fn vu_blk_mem_release(VuBlkMem *mem)
+{
+    vu_blk_mem_unregister(mem);
+    mem->postcopy = false;      /* for the next connection */
 }
 
 static void vu_blk_mem_schedule_register(VuBlkMem *mem)
@@ -252,7 +302,7 @@ void coroutine_fn vu_blk_mem_before_msg(VuBlkMem *mem, VhostUserMsg *vmsg)
     case VHOST_USER_SET_MEM_TABLE:
     case VHOST_USER_REM_MEM_REG:
         /* Regions will be unmapped */
-        vu_blk_mem_release(mem);
+        vu_blk_mem_unregister(mem);
         break;
     case VHOST_USER_ADD_MEM_REG:
         /*
@@ -260,6 +310,14 @@ void coroutine_fn vu_blk_mem_before_msg(VuBlkMem *mem, VhostUserMsg *vmsg)
          * until it is registered and pinned, as for a new table
          */
         qatomic_set(&mem->stopped, true);
+        break;
+    case VHOST_USER_POSTCOPY_ADVISE:
+        /* Guest memory will be discarded */
+        vu_blk_mem_unregister(mem);
+        mem->postcopy = true;
+        break;
+    case VHOST_USER_POSTCOPY_END:
+        mem->postcopy = false;
         break;
     default:
         return;
