@@ -32,13 +32,15 @@ SET_VRING_NUM, SET_VRING_ADDR, SET_VRING_BASE, GET_VRING_BASE = 8, 9, 10, 11
 SET_VRING_KICK, SET_VRING_CALL = 12, 13
 GET_PROTOCOL_FEATURES, SET_PROTOCOL_FEATURES = 15, 16
 POSTCOPY_ADVISE, POSTCOPY_END = 28, 30
+GET_INFLIGHT_FD, SET_INFLIGHT_FD = 31, 32
 ADD_MEM_REG = 37
 VERSION, REPLY, NEED_REPLY = 0x1, 0x4, 0x8
 
 VIRTIO_F_VERSION_1 = 1 << 32
+PROTOCOL_F_INFLIGHT_SHMFD = 1 << 12
 PROTOCOL_F_PINNED_MEMORY = 1 << 20
 DESC_F_NEXT, DESC_F_WRITE, DESC_F_INDIRECT = 1, 2, 4
-BLK_T_IN, BLK_T_OUT = 0, 1
+BLK_T_IN, BLK_T_OUT, BLK_T_GET_ID = 0, 1, 8
 BLK_S_OK = 0
 
 MEM = 4 << 20           # the frontend's memory
@@ -62,11 +64,14 @@ class Frontend:
         self.mem = mmap.mmap(self.fd, MEM)
         self.avail_idx = 0
         self.used_seen = 0
+        self.inflight = None    # (fd, mmap_size), with in-flight tracking
 
     def close(self):
         self.sock.close()
         self.mem.close()
         os.close(self.fd)
+        if self.inflight:
+            os.close(self.inflight[0])
 
     def send(self, req, payload=b"", fds=(), flags=VERSION):
         hdr = struct.pack("<III", req, flags, len(payload))
@@ -119,22 +124,56 @@ class Frontend:
         self.send(req, struct.pack("<Q", index), [efd])
         return efd
 
-    def setup(self, num=None, skip=(), ring=(DESC, AVAIL, USED)):
+    def reconnect(self, path):
+        """A new connection with the same memory (and in-flight table)"""
+        self.sock.close()
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(10)
+        self.sock.connect(path)
+
+    def inflight_fd(self, num):
+        """GET_INFLIGHT_FD once, then SET_INFLIGHT_FD, as QEMU does"""
+        if self.inflight is None:
+            self.send(GET_INFLIGHT_FD, struct.pack("<QQHH4x", 0, 0, 1, num))
+            data, fds, _, _ = socket.recv_fds(self.sock, 12 + 24, 1)
+            while len(data) < 12 + 24:
+                chunk = self.sock.recv(12 + 24 - len(data))
+                if not chunk:
+                    raise EOFError("the daemon closed the connection")
+                data += chunk
+            size = struct.unpack_from("<Q", data, 12)[0]
+            if len(fds) != 1 or not size:
+                raise AssertionError("no in-flight table from the daemon")
+            self.inflight = (fds[0], size)
+        fd, size = self.inflight
+        self.send(SET_INFLIGHT_FD, struct.pack("<QQHH4x", size, 0, 1, num),
+                  [fd])
+
+    def setup(self, num=None, skip=(), ring=(DESC, AVAIL, USED),
+              inflight=False, base=0, after_mem=None):
         num = self.num if num is None else num
         self.send(GET_FEATURES)
         self.recv_u64(GET_FEATURES)
         self.send(SET_FEATURES, struct.pack("<Q", VIRTIO_F_VERSION_1))
         self.send(GET_PROTOCOL_FEATURES)
         self.protocol_features = self.recv_u64(GET_PROTOCOL_FEATURES)
+        want = (PROTOCOL_F_PINNED_MEMORY if self.pin else 0) | \
+            (PROTOCOL_F_INFLIGHT_SHMFD if inflight else 0)
         self.send(SET_PROTOCOL_FEATURES, struct.pack(
-            "<Q", self.protocol_features & PROTOCOL_F_PINNED_MEMORY
-            if self.pin else 0))
+            "<Q", self.protocol_features & want))
         self.send(SET_OWNER)
+        if inflight:
+            if not self.protocol_features & PROTOCOL_F_INFLIGHT_SHMFD:
+                raise AssertionError("the export does not offer "
+                                     "VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD")
+            self.inflight_fd(num)
         if "mem" not in skip:
             self.mem_table()
+            if after_mem:
+                after_mem()
         self.vring_call = self.vring_fd(SET_VRING_CALL, 0)
         self.vring_num(0, num)
-        self.vring_base(0, 0)
+        self.vring_base(0, base)
         if "addr" not in skip:
             self.vring_addr(0, *ring)
         self.kick_fd = self.vring_fd(SET_VRING_KICK, 0)
@@ -719,7 +758,7 @@ def start_daemon(a, workdir, disk, malloc_count=None):
     """The daemon with its four exports of @disk, once they listen:
     (sockets by export, the QMP socket, the process, malloc-count's file)"""
     sock = {n: os.path.join(workdir, f"{n}.sock")
-            for n in ("victim", "bystander", "slow", "long")}
+            for n in ("victim", "bystander", "slow", "long", "slow1")}
     qmp_sock = os.path.join(workdir, "qmp.sock")
     for p in list(sock.values()) + [qmp_sock]:
         if os.path.exists(p):
@@ -738,13 +777,15 @@ def start_daemon(a, workdir, disk, malloc_count=None):
     threads = {"victim": "iothread.0=io0,iothread.1=io1",
                "bystander": "iothread=io0",
                "slow": "iothread.0=io1,iothread.1=io0",
-               "long": "iothread.0=io1,num-queues=1"}
-    nodes = {"slow": "slow0", "long": "mid0"}
+               "long": "iothread.0=io1,num-queues=1",
+               "slow1": "iothread=io0,num-queues=1"}
+    nodes = {"slow": "slow0", "long": "mid0", "slow1": "slow0"}
     for name, path in sock.items():
         cmd += ["--export", f"vhost-user-blk,id={name},"
                 f"node-name={nodes.get(name, 'disk0')},writable=on,"
                 f"addr.type=unix,addr.path={path},"
-                + ("" if name == "long" else "num-queues=4,") + threads[name]]
+                + ("" if "num-queues" in threads[name] else "num-queues=4,")
+                + threads[name]]
     cmd += ["--chardev", f"socket,id=m,path={qmp_sock},server=on,wait=off",
             "--monitor", "chardev=m"]
     print("$ " + " ".join(cmd), flush=True)
@@ -759,6 +800,82 @@ def start_daemon(a, workdir, disk, malloc_count=None):
             raise RuntimeError("the daemon did not listen")
         time.sleep(0.05)
     return sock, qmp_sock, qsd, mc_out
+
+
+def restart_in_flight(a, disk, export):
+    """The daemon is killed (SIGKILL) with a throttled read in flight
+    behind a request that completed after it (out of order, as io_uring
+    completes them), and a new daemon takes the socket.  The frontend
+    keeps its memory and the in-flight table, and restores the ring's
+    base from its used index, as QEMU does when it cannot ask a dead
+    back-end: the new daemon must complete the read, once, without a
+    kick, and not the other request again.  An error, or None."""
+    workdir = os.path.join(a.workdir, "restart-" + export)
+    os.makedirs(workdir, exist_ok=True)
+    sock, _, qsd, _ = start_daemon(a, workdir, disk)
+    f = Frontend(sock[export])
+    try:
+        f.setup(inflight=True)
+        if f.rw(True, 0, 65536, pattern(9, 65536)) != BLK_S_OK:
+            return "the priming write failed"
+        f.start(False, 0, 65536, slot=1)            # head 3: in flight
+        struct.pack_into("<IIQ", f.mem, HDR + 32, BLK_T_GET_ID, 0, 0)
+        f.mem[STATUS + 2] = 0xff
+        f.put_desc(6, HDR + 32, 16, DESC_F_NEXT, 7)
+        f.put_desc(7, DATA + 2 * 65536, 20, DESC_F_NEXT | DESC_F_WRITE, 8)
+        f.put_desc(8, STATUS + 2, 1, DESC_F_WRITE)
+        f.submit(6)                                 # completes at once
+        deadline = time.monotonic() + 5
+        while f.used_idx() != 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        head = struct.unpack_from("<I", f.mem, USED + 4 + 8)[0]
+        if f.used_idx() != 2 or head != 6:
+            return (f"GET_ID did not complete before the read (used index "
+                    f"{f.used_idx()}, head {head})")
+        qsd.kill()
+        qsd.wait()
+        if f.used_idx() != 2:
+            return "the read completed before the daemon was killed"
+        sock, qmp_sock, qsd, _ = start_daemon(a, workdir, disk)
+        q = QMP(qmp_sock)
+        f.reconnect(sock[export])
+        # The memory registered and the queues served before the ring
+        # starts: only the ring's start may serve the read again
+        def pinned():
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                info = q.cmd("x-query-io-uring-buffers")
+                if info["registered-bytes"] == MEM and not info["pinning"]:
+                    break
+                time.sleep(0.05)
+            time.sleep(0.2)
+        f.setup(inflight=True, base=f.used_idx(), after_mem=pinned)
+        deadline = time.monotonic() + 10
+        while f.used_idx() == 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        used = f.used_idx()
+        head = struct.unpack_from("<I", f.mem, USED + 4 + 8 * 2)[0]
+        if used != 3 or head != 3:
+            return (f"the new daemon did not complete the read in flight "
+                    f"(used index {used}, head {head})")
+        if f.mem[STATUS + 1] != BLK_S_OK or \
+                f.mem[DATA + 65536:DATA + 131072] != pattern(9, 65536):
+            return "the read completed with other data or status"
+        time.sleep(1)
+        if f.used_idx() != 3:
+            return "the new daemon completed a request again"
+        os.eventfd_write(f.kick_fd, 1)
+        time.sleep(0.5)
+        if f.used_idx() != 3 or not f.alive():
+            return "a kick made the daemon complete a request again"
+        return None
+    except (OSError, EOFError, AssertionError) as e:
+        return f"{type(e).__name__}: {e}"
+    finally:
+        f.close()
+        if qsd.poll() is None:
+            qsd.kill()
+            qsd.wait()
 
 
 def quit_busy(a, disk, rounds=5):
@@ -817,7 +934,8 @@ def main():
                     help="bench/malloc-count's preload: check the heap")
     ap.add_argument("--case", action="append", choices=sorted(CASES) +
                     ["stop-in-flight", "kick-after-close", "long-chains",
-                     "quit-busy", "resize-under-io", "pinning"],
+                     "quit-busy", "resize-under-io", "pinning",
+                     "restart-in-flight"],
                     help="run only these (default: all)")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
@@ -909,6 +1027,15 @@ def main():
                 qsd.wait()
         results.append((qsd.returncode == 0, "the daemon quit cleanly (exit "
                         f"status {qsd.returncode})"))
+        for export, where in (("slow1", "one IOThread"),
+                              ("slow", "queues in two IOThreads")):
+            if a.case and "restart-in-flight" not in a.case:
+                break
+            err = restart_in_flight(a, disk, export)
+            results.append((err is None, f"{where}: a daemon killed with a "
+                            "request in flight behind a completed one: the "
+                            "next daemon completes it once, without a kick"
+                            + (f": {err}" if err else "")))
         if not a.case or "quit-busy" in a.case:
             err = quit_busy(a, disk)
             results.append((err is None, "the daemon quits with frontends "

@@ -16,7 +16,18 @@ Scenarios:
                 out of its memfd) and deflates it, then the guest writes
                 through its page cache, drops it and verifies with direct
                 reads.  A back-end that kept the old pages pinned writes
-                stale data.
+                stale data;
+  daemon-restart  the daemon is killed (SIGKILL) three times in the
+                middle of the guest's write-then-verify and started again on
+                the same socket; the frontend reconnects (reconnect-ms) and
+                hands the new daemon the table of requests in flight
+                (VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD), which it submits
+                again: the verify passes and the guest logs no I/O error;
+  virtio-mem    no guest: a QEMU with a virtio-mem device, whose RAM
+                discard is in use, does not accept the daemon's pinning
+                and says so once; with the virtio-mem device after the
+                vhost-user-blk device, QEMU refuses to start, since RAM
+                discard is disabled by then.
 The daemon must stay up throughout, count fixed reads and writes and no
 fallback, and hold registered exactly the memory of the VM it serves.
 """
@@ -46,7 +57,7 @@ def parse_args():
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--scenario", default="plain",
                     choices=["plain", "kill-restart", "hotplug", "migrate",
-                             "balloon"])
+                             "balloon", "virtio-mem", "daemon-restart"])
     ap.add_argument("--smp", type=int, default=4)
     ap.add_argument("--queues", type=int, default=4)
     ap.add_argument("--queue-size", type=int, default=256)
@@ -107,7 +118,8 @@ def vm_command(a, vu_sock, qmp_sock, console, runtime, hotplug, incoming):
         a.qemu, "-machine", "q35,memory-backend=ram0",
         "-accel", accel, "-cpu", "max", "-smp", str(a.smp),
         "-m", mem, "-object", ram,
-        "-chardev", f"socket,id=vu0,path={vu_sock}",
+        "-chardev", f"socket,id=vu0,path={vu_sock}" +
+        (",reconnect-ms=500" if a.scenario == "daemon-restart" else ""),
         "-device", f"vhost-user-blk-pci,id=vblk0,chardev=vu0,"
                    f"num-queues={a.queues},queue-size={a.queue_size}",
     ] + (["-device", "virtio-balloon-pci,id=balloon0"] if balloon else []) + \
@@ -393,6 +405,81 @@ def scenario_balloon(a, d, results):
         vm.quit()
 
 
+def scenario_daemon_restart(a, ds, disk, results, restarts=3):
+    """ds[0] is the daemon, replaced by each restart"""
+    d = ds[0]
+    vm = VM(a, "vm1", d.vu_sock, a.runtime * 4)
+    try:
+        for i in range(restarts):
+            ok = wait_fixed(d, 1000, a.timeout)
+            results.append((ok, f"restart {i + 1}: fixed I/O ran before the "
+                            "kill"))
+            reg = d.stats()[0]
+            results.append((reg >= a.mem * MIB * 0.9, f"restart {i + 1}: the "
+                            f"daemon registered the VM's memory "
+                            f"({reg // MIB} MiB)"))
+            time.sleep(1)
+            d.proc.kill()
+            d.proc.wait()
+            print(f"daemon killed (SIGKILL) under I/O, restart {i + 1}",
+                  flush=True)
+            time.sleep(1)
+            d = ds[0] = Daemon(a, disk)
+        verdict = vm.wait_shutdown()
+        print(f"vm1: {verdict}", flush=True)
+        results.append(("PASS" in verdict, "vm1: fio verified every block "
+                        f"it wrote across {restarts} restarts of the daemon"))
+        errors = [line for line in vm.con.lines
+                  if "I/O error" in line or "is not a head" in line or
+                  "blk_update_request" in line]
+        for line in errors[:10]:
+            print(f"guest| {line}", flush=True)
+        results.append((not errors, "the guest logged no I/O error "
+                        f"({len(errors)} lines)"))
+        _, fixed, _ = d.report("the last daemon")
+        results.append((fixed > 0, "the last daemon read and wrote through "
+                        "fixed buffers"))
+    finally:
+        vm.quit()
+
+
+def scenario_virtio_mem(a, d, results):
+    """QEMU without a guest (qtest), with a virtio-mem device before or
+    after vhost-user-blk-pci: (exit status or None if it ran, stderr)"""
+    def qemu(mem_first):
+        mem = ["-object", "memory-backend-memfd,id=vmem0,size=128M,share=on",
+               "-device", "virtio-mem-pci,id=vm0,memdev=vmem0"]
+        blk = ["-chardev", f"socket,id=vu0,path={d.vu_sock}",
+               "-device", f"vhost-user-blk-pci,id=vblk0,chardev=vu0,"
+                          f"num-queues={a.queues}"]
+        cmd = [a.qemu, "-machine", "q35,memory-backend=ram0", "-accel",
+               "qtest", "-qtest", "null", "-display", "none", "-nodefaults",
+               "-m", "512M,maxmem=1G", "-object",
+               "memory-backend-memfd,id=ram0,size=512M,share=on"] + \
+            (mem + blk if mem_first else blk + mem)
+        print("$ " + " ".join(cmd), flush=True)
+        p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        try:
+            _, err = p.communicate(timeout=5)
+            rc = p.returncode
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+            rc = None
+        print(err, end="", flush=True)
+        return rc, err
+
+    rc, err = qemu(True)
+    warned = err.count("offers to pin guest memory, but RAM discard is in use")
+    results.append((rc is None and warned == 1, "QEMU with virtio-mem runs "
+                    "and does not accept pinning, with one warning "
+                    f"({warned} times)"))
+    rc, err = qemu(False)
+    results.append((rc not in (None, 0) and "discard" in err.lower(),
+                    "virtio-mem after a pinning vhost-user back-end: QEMU "
+                    f"refuses to start (exit status {rc})"))
+
+
 def main():
     a = parse_args()
     os.makedirs(a.workdir, exist_ok=True)
@@ -402,17 +489,25 @@ def main():
                    check=True)
     print(f"accelerator: {pick_accel(a.accel)}", flush=True)
     results = []
-    d = Daemon(a, disk)
+    ds = [Daemon(a, disk)]
     try:
-        {"plain": scenario_plain, "kill-restart": scenario_kill_restart,
-         "hotplug": scenario_hotplug,
-         "migrate": scenario_migrate,
-         "balloon": scenario_balloon}[a.scenario](a, d, results)
+        if a.scenario == "daemon-restart":
+            scenario_daemon_restart(a, ds, disk, results)
+        else:
+            {"plain": scenario_plain, "kill-restart": scenario_kill_restart,
+             "hotplug": scenario_hotplug,
+             "migrate": scenario_migrate,
+             "balloon": scenario_balloon,
+             "virtio-mem": scenario_virtio_mem}[a.scenario](a, ds[0],
+                                                             results)
+        d = ds[0]
         reg = d.wait_registered(lambda r: r == 0)
         results.append((reg == 0, "the daemon released all memory once the "
                         f"last VM left ({reg // MIB} MiB left)"))
         _, fixed, fb = d.report("at the end")
-        if a.unpinned:
+        if a.scenario == "virtio-mem":
+            pass    # no guest, no I/O
+        elif a.unpinned:
             results.append((d.max_registered == 0 and fixed == 0,
                             "the daemon registered none of the frontend's "
                             f"memory (at most {d.max_registered // MIB} MiB) "
@@ -430,10 +525,13 @@ def main():
                             f"each of the export's {a.iothreads} IOThreads "
                             "read and wrote through fixed buffers"))
     finally:
+        d = ds[0]
         rc = d.stop()
     results.append((rc == 0, f"the daemon quit cleanly (exit status {rc})"))
     warned = d.stderr.count("did not accept VHOST_USER_PROTOCOL_F_PINNED_MEMORY")
-    if a.unpinned:
+    if a.scenario == "virtio-mem":
+        pass    # no guest: no memory table
+    elif a.unpinned:
         results.append((warned == 1, "the daemon warned once that the "
                         f"frontend did not accept pinning ({warned} times)"))
     else:
