@@ -31,6 +31,7 @@ SET_MEM_TABLE = 5
 SET_VRING_NUM, SET_VRING_ADDR, SET_VRING_BASE, GET_VRING_BASE = 8, 9, 10, 11
 SET_VRING_KICK, SET_VRING_CALL = 12, 13
 GET_PROTOCOL_FEATURES, SET_PROTOCOL_FEATURES = 15, 16
+GET_QUEUE_NUM = 17
 POSTCOPY_ADVISE, POSTCOPY_END = 28, 30
 GET_INFLIGHT_FD, SET_INFLIGHT_FD = 31, 32
 ADD_MEM_REG = 37
@@ -201,10 +202,13 @@ class Frontend:
             time.sleep(0.005)
         return False
 
-    def start(self, write, sector, data_len, fill=None, slot=0):
+    def start(self, write, sector, data_len, fill=None, slot=0,
+              stride=65536):
         """Submit one request in three descriptors, without waiting; each
-        slot has its own descriptors, header, data and status byte"""
-        hdr, data, status = HDR + 16 * slot, DATA + 65536 * slot, STATUS + slot
+        slot has its own descriptors, header, data (@stride bytes apart)
+        and status byte"""
+        hdr, data, status = HDR + 16 * slot, DATA + stride * slot, \
+            STATUS + slot
         struct.pack_into("<IIQ", self.mem, hdr, BLK_T_OUT if write
                          else BLK_T_IN, 0, sector)
         if fill is not None:
@@ -582,6 +586,46 @@ def stop_in_flight(path):
     return err
 
 
+def messages_under_io(path, n=64, limit=0.1):
+    """With @n requests in flight on the slow export (throttled, queues in
+    two IOThreads), the messages that change nothing the queues use
+    (GET_FEATURES, GET_PROTOCOL_FEATURES, GET_QUEUE_NUM) are answered at
+    once: a frontend may send them under its big lock (GET_CONFIG after a
+    resize).  Before, every message paused the queues and waited for
+    every request in flight: seconds.  An error, or None."""
+    f = Frontend(path, num=256)
+    try:
+        f.setup()
+        if f.rw(True, 0, 65536, pattern(7, 65536)) != BLK_S_OK:
+            return "the priming write failed"
+        for slot in range(1, n + 1):
+            f.start(False, 2 * slot, 1024, slot=slot, stride=1024)
+        time.sleep(0.2)
+        waiting = n + 1 - f.used_idx()
+        if waiting < n // 2:
+            return f"only {waiting} of {n} requests were in flight"
+        for req in (GET_FEATURES, GET_PROTOCOL_FEATURES, GET_QUEUE_NUM):
+            t0 = time.monotonic()
+            f.send(req)
+            f.recv_u64(req)
+            took = time.monotonic() - t0
+            if took > limit:
+                return (f"request {req} took {took * 1000:.0f} ms with "
+                        f"{waiting} requests in flight")
+        deadline = time.monotonic() + 20
+        while f.used_idx() != n + 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if f.used_idx() != n + 1:
+            return f"{f.used_idx() - 1} of {n} reads completed"
+        if any(f.mem[STATUS + slot] != BLK_S_OK for slot in range(1, n + 1)):
+            return "a read failed"
+        return None if f.alive() else "the daemon dropped the frontend"
+    except (OSError, EOFError, AssertionError) as e:
+        return f"{type(e).__name__}: {e}"
+    finally:
+        f.close()
+
+
 # --- the memory of long chains in flight ----------------------------------
 # On the "long" export, behind a throttle of 2000 requests a second: a ring
 # of 8192 requests whose chains have 1002 pieces each, all through one
@@ -934,6 +978,7 @@ def main():
                     help="bench/malloc-count's preload: check the heap")
     ap.add_argument("--case", action="append", choices=sorted(CASES) +
                     ["stop-in-flight", "kick-after-close", "long-chains",
+                     "messages-under-io",
                      "quit-busy", "resize-under-io", "pinning",
                      "restart-in-flight"],
                     help="run only these (default: all)")
@@ -969,6 +1014,12 @@ def main():
             err = stop_in_flight(sock["slow"])
             results.append((err is None, "a ring stops once its request in "
                             f"flight completed{': ' + err if err else ''}"))
+        if "messages-under-io" in (a.case or ["messages-under-io"]):
+            err = messages_under_io(sock["slow"])
+            results.append((err is None, "messages that change nothing the "
+                            "queues use are answered within 100 ms with 64 "
+                            "requests in flight on queues in two IOThreads"
+                            + (f": {err}" if err else "")))
         if "kick-after-close" in (a.case or ["kick-after-close"]):
             err = kick_after_close(sock["slow"])
             up = qsd.poll() is None

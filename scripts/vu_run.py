@@ -23,6 +23,10 @@ Scenarios:
                 hands the new daemon the table of requests in flight
                 (VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD), which it submits
                 again: the verify passes and the guest logs no I/O error;
+  limits        no guest: vhost-user-blk-pci takes queue-size 32768 and
+                refuses more; the daemon refuses an IOThread list with
+                fixed-iothread, for an export type that runs in one
+                IOThread (nbd), and with an IOThread that does not exist;
   virtio-mem    no guest: a QEMU with a virtio-mem device, whose RAM
                 discard is in use, does not accept the daemon's pinning
                 and says so once; with the virtio-mem device after the
@@ -57,7 +61,8 @@ def parse_args():
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--scenario", default="plain",
                     choices=["plain", "kill-restart", "hotplug", "migrate",
-                             "balloon", "virtio-mem", "daemon-restart"])
+                             "balloon", "virtio-mem", "daemon-restart",
+                             "limits"])
     ap.add_argument("--smp", type=int, default=4)
     ap.add_argument("--queues", type=int, default=4)
     ap.add_argument("--queue-size", type=int, default=256)
@@ -443,6 +448,58 @@ def scenario_daemon_restart(a, ds, disk, results, restarts=3):
         vm.quit()
 
 
+def qtest_qemu(a, args, timeout=5):
+    """QEMU without a guest: (exit status, or None if it ran, stderr)"""
+    cmd = [a.qemu, "-machine", "q35", "-accel", "qtest", "-qtest", "null",
+           "-display", "none", "-nodefaults"] + args
+    print("$ " + " ".join(cmd), flush=True)
+    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = p.communicate(timeout=timeout)
+        rc = p.returncode
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _, err = p.communicate()
+        rc = None
+    print(err, end="", flush=True)
+    return rc, err
+
+
+def scenario_limits(a, d, results):
+    mem = ["-m", "512M", "-object",
+           "memory-backend-memfd,id=ram0,size=512M,share=on",
+           "-machine", "memory-backend=ram0",
+           "-chardev", f"socket,id=vu0,path={d.vu_sock}"]
+    for size, ok in ((32768, True), (65536, False)):
+        rc, err = qtest_qemu(a, mem + [
+            "-device", f"vhost-user-blk-pci,chardev=vu0,queue-size={size}"])
+        results.append(((rc is None) == ok, f"vhost-user-blk-pci queue-size="
+                        f"{size}: {'runs' if ok else 'refused'} (exit status "
+                        f"{rc}{': ' + err.strip() if err.strip() else ''})"))
+    addr = {"type": "unix",
+            "path": os.path.join(a.workdir, "refused.sock")}
+    for what, args, want in (
+            ("a list with fixed-iothread",
+             {"type": "vhost-user-blk", "fixed-iothread": True,
+              "iothread": ["io0", "io0"], "addr": addr},
+             "fixed-iothread needs a single iothread"),
+            ("a list for an nbd export",
+             {"type": "nbd", "iothread": ["io0", "io0"]},
+             "runs in one iothread only"),
+            ("a list naming no IOThread",
+             {"type": "vhost-user-blk", "iothread": ["io0", "nothere"],
+              "addr": addr}, "nothere")):
+        try:
+            d.qmp.cmd("block-export-add", id="refused", **{"node-name":
+                                                           "disk0"}, **args)
+            err = None
+        except RuntimeError as e:
+            err = str(e)
+        print(f"block-export-add with {what}: {err}", flush=True)
+        results.append((err is not None and want in err, "the daemon refuses "
+                        f"{what} ({err})"))
+
+
 def scenario_virtio_mem(a, d, results):
     """QEMU without a guest (qtest), with a virtio-mem device before or
     after vhost-user-blk-pci: (exit status or None if it ran, stderr)"""
@@ -498,14 +555,15 @@ def main():
              "hotplug": scenario_hotplug,
              "migrate": scenario_migrate,
              "balloon": scenario_balloon,
-             "virtio-mem": scenario_virtio_mem}[a.scenario](a, ds[0],
+             "virtio-mem": scenario_virtio_mem,
+             "limits": scenario_limits}[a.scenario](a, ds[0],
                                                              results)
         d = ds[0]
         reg = d.wait_registered(lambda r: r == 0)
         results.append((reg == 0, "the daemon released all memory once the "
                         f"last VM left ({reg // MIB} MiB left)"))
         _, fixed, fb = d.report("at the end")
-        if a.scenario == "virtio-mem":
+        if a.scenario in ("virtio-mem", "limits"):
             pass    # no guest, no I/O
         elif a.unpinned:
             results.append((d.max_registered == 0 and fixed == 0,
@@ -529,7 +587,7 @@ def main():
         rc = d.stop()
     results.append((rc == 0, f"the daemon quit cleanly (exit status {rc})"))
     warned = d.stderr.count("did not accept VHOST_USER_PROTOCOL_F_PINNED_MEMORY")
-    if a.scenario == "virtio-mem":
+    if a.scenario in ("virtio-mem", "limits"):
         pass    # no guest: no memory table
     elif a.unpinned:
         results.append((warned == 1, "the daemon warned once that the "

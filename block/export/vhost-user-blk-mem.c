@@ -32,7 +32,9 @@
  * again from every started queue, since kicks that came meanwhile were
  * not served.  A region added (ADD_MEM_REG, what QEMU sends for each
  * region and when a DIMM is plugged) waits for no request in flight and
- * unregisters nothing; the queues only pause until it is pinned.
+ * unregisters nothing; the queues only pause until it is registered.
+ * Nothing waits for the pinning, which goes on in the background: until
+ * it is done, requests go without fixed buffers.
  *
  * Threads.  Everything here runs in the export's AioContext: in the
  * connection's coroutine (messages, the end of the connection), in its
@@ -52,9 +54,6 @@
 #include "system/block-backend.h"
 #include "subprojects/libvhost-user/libvhost-user.h"
 #include "vhost-user-blk-mem.h"
-#ifdef CONFIG_LINUX_IO_URING
-#include "block/io_uring-fixed.h"
-#endif
 
 void vu_blk_mem_init(VuBlkMem *mem, VuServer *server, BlockExport *exp)
 {
@@ -146,23 +145,6 @@ static void coroutine_fn vu_blk_mem_in_main_loop(VuBlkMem *mem, GArray *regs,
     qemu_coroutine_yield();
 }
 
-/*
- * Registering pins memory in the background (block/io_uring-fixed.c);
- * what a queue reads or writes before that goes without fixed buffers.
- * As a machine's RAM is pinned before its guest runs, wait a while.
- */
-static void coroutine_fn vu_blk_mem_wait_pinned(void)
-{
-#ifdef CONFIG_LINUX_IO_URING
-    int64_t deadline = qemu_clock_get_ms(QEMU_CLOCK_REALTIME) + 10000;
-
-    while (uring_fixed_pinning() &&
-           qemu_clock_get_ms(QEMU_CLOCK_REALTIME) < deadline) {
-        qemu_co_sleep_ns(QEMU_CLOCK_REALTIME, SCALE_MS);
-    }
-#endif
-}
-
 static bool vu_blk_mem_has(VuBlkMem *mem, const struct iovec *iov)
 {
     unsigned i;
@@ -208,7 +190,6 @@ again:
     if (add->len) {
         vu_blk_mem_in_main_loop(mem, add, true);
         g_array_append_vals(mem->regs, add->data, add->len);
-        vu_blk_mem_wait_pinned();
     }
     if (mem->register_again && !mem->releasing) {
         goto again;
@@ -307,7 +288,7 @@ void coroutine_fn vu_blk_mem_before_msg(VuBlkMem *mem, VhostUserMsg *vmsg)
     case VHOST_USER_ADD_MEM_REG:
         /*
          * A region will be mapped: nothing to wait for, but pop nothing
-         * until it is registered and pinned, as for a new table
+         * until it is registered, as for a new table
          */
         qatomic_set(&mem->stopped, true);
         break;
