@@ -639,26 +639,96 @@ LONG_TABLE, LONG_HDR, LONG_DATA, LONG_STATUS = (0x180000, 0x190000,
 LONG_BOUND = 64 << 20
 
 
+def submit_long_chains(f):
+    """Set @f up and submit LONG_N requests of long chains at once"""
+    f.setup(ring=(LONG_DESC, LONG_AVAIL, LONG_USED))
+    struct.pack_into("<IIQ", f.mem, LONG_HDR, BLK_T_IN, 0, 0)
+    f.mem[LONG_STATUS] = 0xff
+    f.put_desc(0, LONG_HDR, 16, DESC_F_NEXT, 1, table=LONG_TABLE)
+    # 999 pieces of one byte and one of 25: 1 KiB, two sectors
+    for i in range(LONG_PIECES):
+        f.put_desc(1 + i, LONG_DATA + i, 1 if i < LONG_PIECES - 1 else 25,
+                   DESC_F_WRITE | DESC_F_NEXT, 2 + i, table=LONG_TABLE)
+    f.put_desc(LONG_PIECES + 1, LONG_STATUS, 1, DESC_F_WRITE,
+               table=LONG_TABLE)
+    for i in range(LONG_N):
+        f.put_desc(i, LONG_TABLE, 16 * (LONG_PIECES + 2),
+                   DESC_F_INDIRECT, table=LONG_DESC)
+        struct.pack_into("<H", f.mem, LONG_AVAIL + 4 + 2 * i, i)
+    struct.pack_into("<H", f.mem, LONG_AVAIL + 2, LONG_N & 0xffff)
+    os.eventfd_write(f.kick_fd, 1)
+
+
+def export_churn(q, workdir, victim, rounds=10):
+    """block-export-del (mode hard), then block-export-add again, of an
+    export whose queues run in io1 and io0 while its frontend has long
+    chains in flight, stopped at the bound of their memory, so that each
+    completion may wake the queues (bottom halves in io0, then in io1),
+    and while another frontend does I/O on the victim (io0 and io1).  The
+    export must go within 20 s each time, the daemon stay up.  Before,
+    the bottom half that serves the queues again could run in io1 after
+    the export was freed (a use after free, which AddressSanitizer shows;
+    with MALLOC_PERTURB_ a crash).  An error, or None."""
+    stop = threading.Event()
+    errors = []
+
+    def io():
+        g = Frontend(victim)
+        try:
+            g.setup()
+            n = 0
+            while not stop.is_set():
+                if g.rw(n % 2 == 0, 8 * (n % 64), 4096,
+                        pattern(n, 4096)) != BLK_S_OK:
+                    errors.append(f"victim request {n} failed")
+                    return
+                n += 1
+        except (OSError, EOFError, AssertionError) as e:
+            errors.append(f"victim: {type(e).__name__}: {e}")
+        finally:
+            g.close()
+
+    t = threading.Thread(target=io)
+    t.start()
+    try:
+        for i in range(rounds):
+            path = os.path.join(workdir, f"churn{i % 2}.sock")
+            if os.path.exists(path):
+                os.unlink(path)
+            q.cmd("block-export-add", **{
+                "type": "vhost-user-blk", "id": "churn", "node-name": "mid0",
+                "writable": True, "num-queues": 2, "iothread": ["io1", "io0"],
+                "addr": {"type": "unix", "path": path}})
+            f = Frontend(path, num=LONG_N)
+            try:
+                submit_long_chains(f)
+                time.sleep(0.2 + 0.1 * (i % 5))
+                used = struct.unpack_from("<H", f.mem, LONG_USED + 2)[0]
+                q.cmd("block-export-del", id="churn", mode="hard")
+                deadline = time.monotonic() + 20
+                while any(e["id"] == "churn"
+                          for e in q.cmd("query-block-exports")):
+                    if time.monotonic() > deadline:
+                        return (f"round {i}: the export was not deleted in "
+                                f"20 s ({used} requests had completed)")
+                    time.sleep(0.02)
+            finally:
+                f.close()
+            if errors:
+                return f"round {i}: {errors[0]}"
+        return None
+    except (OSError, EOFError, AssertionError, RuntimeError) as e:
+        return f"{type(e).__name__}: {e}"
+    finally:
+        stop.set()
+        t.join(15)
+
+
 def long_chains(path):
     """Returns an error, or None once every request completed with OK"""
     f = Frontend(path, num=LONG_N)
     try:
-        f.setup(ring=(LONG_DESC, LONG_AVAIL, LONG_USED))
-        struct.pack_into("<IIQ", f.mem, LONG_HDR, BLK_T_IN, 0, 0)
-        f.mem[LONG_STATUS] = 0xff
-        f.put_desc(0, LONG_HDR, 16, DESC_F_NEXT, 1, table=LONG_TABLE)
-        # 999 pieces of one byte and one of 25: 1 KiB, two sectors
-        for i in range(LONG_PIECES):
-            f.put_desc(1 + i, LONG_DATA + i, 1 if i < LONG_PIECES - 1 else 25,
-                       DESC_F_WRITE | DESC_F_NEXT, 2 + i, table=LONG_TABLE)
-        f.put_desc(LONG_PIECES + 1, LONG_STATUS, 1, DESC_F_WRITE,
-                   table=LONG_TABLE)
-        for i in range(LONG_N):
-            f.put_desc(i, LONG_TABLE, 16 * (LONG_PIECES + 2),
-                       DESC_F_INDIRECT, table=LONG_DESC)
-            struct.pack_into("<H", f.mem, LONG_AVAIL + 4 + 2 * i, i)
-        struct.pack_into("<H", f.mem, LONG_AVAIL + 2, LONG_N & 0xffff)
-        os.eventfd_write(f.kick_fd, 1)
+        submit_long_chains(f)
         deadline = time.monotonic() + 60
         used = 0
         while time.monotonic() < deadline:
@@ -978,7 +1048,7 @@ def main():
                     help="bench/malloc-count's preload: check the heap")
     ap.add_argument("--case", action="append", choices=sorted(CASES) +
                     ["stop-in-flight", "kick-after-close", "long-chains",
-                     "messages-under-io",
+                     "messages-under-io", "export-churn",
                      "quit-busy", "resize-under-io", "pinning",
                      "restart-in-flight"],
                     help="run only these (default: all)")
@@ -1014,6 +1084,14 @@ def main():
             err = stop_in_flight(sock["slow"])
             results.append((err is None, "a ring stops once its request in "
                             f"flight completed{': ' + err if err else ''}"))
+        if "export-churn" in (a.case or ["export-churn"]):
+            err = export_churn(q, a.workdir, sock["victim"])
+            up = qsd.poll() is None
+            results.append((err is None and up, "an export deleted and added "
+                            "again 10 times under I/O, its queues in two "
+                            "IOThreads stopped at a bound: the daemon is up"
+                            + (f": {err}" if err else "") + ("" if up else
+                            f" (exit status {qsd.returncode})")))
         if "messages-under-io" in (a.case or ["messages-under-io"]):
             err = messages_under_io(sock["slow"])
             results.append((err is None, "messages that change nothing the "
