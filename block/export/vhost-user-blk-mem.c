@@ -38,8 +38,9 @@
  *
  * Threads.  Everything here runs in the export's AioContext: in the
  * connection's coroutine (messages, the end of the connection), in its
- * kick handlers, and in the coroutine that registers a new table, which
- * counts as a request in flight so that the next change waits for it.
+ * kick handlers, and in the BH and coroutine that register a new table,
+ * which count as a request in flight so that the next change, a drain
+ * and the export's deletion wait for them.
  * Only 'stopped' is read elsewhere too, by queues served in IOThreads of
  * their own; the server pauses those while a message is handled.
  * blk_register_buf() and blk_unregister_buf() want the main loop thread
@@ -203,8 +204,7 @@ again:
         }
     }
     mem->register_running = false;
-    vhost_user_server_dec_in_flight(server);
-    blk_exp_unref(mem->exp);    /* the BH's */
+    vhost_user_server_dec_in_flight(server);    /* the BH's */
 }
 
 static void vu_blk_mem_register_bh(void *opaque)
@@ -214,20 +214,22 @@ static void vu_blk_mem_register_bh(void *opaque)
     mem->register_scheduled = false;
     if (mem->releasing) {
         /* the change schedules us again when it is done */
-        blk_exp_unref(mem->exp);
     } else if (mem->register_running) {
         mem->register_again = true;
-        blk_exp_unref(mem->exp);
     } else if (qatomic_read(&mem->server->quiescing)) {
-        mem->restart_pending = true; /* vu_blk_mem_drained_end() */
-        blk_exp_unref(mem->exp);
+        /*
+         * The drain waits for us: vu_blk_mem_drained_end() comes after
+         * our decrement and sees this
+         */
+        mem->restart_pending = true;
     } else {
-        /* The coroutine takes the reference over */
+        /* The coroutine takes our count in flight over */
         mem->register_running = true;
-        vhost_user_server_inc_in_flight(mem->server);
         qemu_coroutine_enter(qemu_coroutine_create(vu_blk_mem_register_co,
                                                    mem));
+        return;
     }
+    vhost_user_server_dec_in_flight(mem->server);
 }
 
 /* Stop popping, wait for the requests in flight, unregister everything */
@@ -259,8 +261,12 @@ static void vu_blk_mem_schedule_register(VuBlkMem *mem)
         mem->restart_pending = true; /* detached: a drain began */
     } else if (!mem->register_scheduled) {
         mem->register_scheduled = true;
-        /* The export must outlive the BH and the coroutine it starts */
-        blk_exp_ref(mem->exp);
+        /*
+         * Counted in flight until the BH, or the coroutine it starts, is
+         * done: a drain, the next memory change, the connection's end and
+         * the export's deletion wait for it
+         */
+        vhost_user_server_inc_in_flight(mem->server);
         aio_bh_schedule_oneshot(ctx, vu_blk_mem_register_bh, mem);
     }
 }
