@@ -992,6 +992,162 @@ def restart_in_flight(a, disk, export):
             qsd.wait()
 
 
+def stop_in_drain(a, multi):
+    """SIGTERM while block_resize holds a drain of the export's node: the
+    resize of a qcow2 image waits for its header write, held by a
+    throttle under the image (the bucket primed by the frontend's write),
+    while the daemon quits and stops the export.  A frontend that
+    accepted pinning is connected, its memory registered.  The daemon
+    must end the connection once the drain ends and exit with status 0.
+    Before: with one AioContext, SIGSEGV (the stop set fd handlers in the
+    NULL context of the drained server); with queues in two IOThreads,
+    SIGABRT (the export was freed with the memory still registered).  An
+    error, or None."""
+    workdir = os.path.join(a.workdir, "drain-" + ("multi" if multi
+                                                  else "single"))
+    os.makedirs(workdir, exist_ok=True)
+    qemu_img = os.path.join(os.path.dirname(os.path.dirname(a.qsd)),
+                            "qemu-img")
+    img = os.path.join(workdir, "img.qcow2")
+    subprocess.run([qemu_img, "create", "-q", "-f", "qcow2", img, "64M"],
+                   check=True)
+    path = os.path.join(workdir, "vu.sock")
+    qmp_sock = os.path.join(workdir, "qmp.sock")
+    cmd = [a.qsd, "--object", "iothread,id=io0", "--object",
+           "iothread,id=io1",
+           "--object", "throttle-group,id=tg,limits.bps-total=65536",
+           "--blockdev", f"file,node-name=file0,filename={img},"
+                         "aio=io_uring,cache.direct=on,aio-fixed-buffers=on",
+           "--blockdev", "throttle,node-name=thr0,throttle-group=tg,"
+                         "file=file0",
+           "--blockdev", "qcow2,node-name=disk0,file=thr0",
+           "--export", "vhost-user-blk,id=v,node-name=disk0,writable=on,"
+                       f"addr.type=unix,addr.path={path}" +
+           (",num-queues=2,iothread.0=io0,iothread.1=io1" if multi else ""),
+           "--chardev", f"socket,id=m,path={qmp_sock},server=on,wait=off",
+           "--monitor", "chardev=m"]
+    qsd = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    f = None
+    try:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(path) or not os.path.exists(qmp_sock):
+            if time.monotonic() > deadline or qsd.poll() is not None:
+                return "the daemon did not listen"
+            time.sleep(0.05)
+        q = QMP(qmp_sock)
+        f = Frontend(path)
+        f.setup()
+        if f.rw(True, 0, 65536, pattern(3, 65536)) != BLK_S_OK:
+            return "the first write failed"
+        if registered(q, MEM) != MEM:
+            return "the frontend's memory was not registered"
+        # 320 KiB in the bucket of 64 KiB/s: the next request waits 4 s
+        if f.rw(True, 128, 256 << 10, pattern(4, 256 << 10)) != BLK_S_OK:
+            return "the priming write failed"
+        def resize():
+            try:
+                q.cmd("block_resize", **{"node-name": "disk0",
+                                         "size": 65 << 20})
+            except (OSError, EOFError):
+                pass    # the daemon may go before it answers
+        threading.Thread(target=resize, daemon=True).start()
+        time.sleep(0.5)
+        qsd.send_signal(15)
+        try:
+            qsd.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            print("the daemon did not quit; its threads:\n" +
+                  backtraces(qsd.pid), flush=True)
+            return "the daemon did not quit in 30 s"
+        if qsd.returncode != 0:
+            return (f"exit status {qsd.returncode}: " +
+                    qsd.stderr.read().strip()[-300:])
+        return None
+    except (OSError, EOFError, AssertionError, RuntimeError,
+            subprocess.CalledProcessError) as e:
+        return f"{type(e).__name__}: {e}"
+    finally:
+        if f:
+            f.close()
+        if qsd.poll() is None:
+            qsd.kill()
+            qsd.wait()
+
+
+def iothread_del(a, disk):
+    """object-del of an IOThread that an export's queue runs in, while a
+    frontend uses it: refused, or the thread stays until the export goes.
+    Either way the queue's next request completes, the frontend is
+    served, and the export and then the daemon go cleanly.  Before: the
+    IOThread stopped and its AioContext was freed under the queue's kick
+    handler: the request never completed.  An error, or None."""
+    workdir = os.path.join(a.workdir, "iothread-del")
+    os.makedirs(workdir, exist_ok=True)
+    path = os.path.join(workdir, "vu.sock")
+    qmp_sock = os.path.join(workdir, "qmp.sock")
+    cmd = [a.qsd, "--object", "iothread,id=io0", "--object",
+           "iothread,id=io2",
+           "--blockdev", f"file,node-name=disk0,filename={disk}",
+           "--export", "vhost-user-blk,id=x,node-name=disk0,writable=on,"
+                       f"addr.type=unix,addr.path={path},num-queues=2,"
+                       "iothread.0=io2,iothread.1=io0",
+           "--chardev", f"socket,id=m,path={qmp_sock},server=on,wait=off",
+           "--monitor", "chardev=m"]
+    qsd = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    f = None
+    try:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(path) or not os.path.exists(qmp_sock):
+            if time.monotonic() > deadline or qsd.poll() is not None:
+                return "the daemon did not listen"
+            time.sleep(0.05)
+        q = QMP(qmp_sock)
+        f = Frontend(path)
+        f.setup()       # queue 0: in io2
+        if f.rw(True, 0, 4096, pattern(5, 4096)) != BLK_S_OK:
+            return "the first write failed"
+        try:
+            q.cmd("object-del", id="io2")
+            refused = False
+        except RuntimeError:
+            refused = True
+        f.mem[DATA:DATA + 4096] = bytes(4096)
+        if f.rw(False, 0, 4096) != BLK_S_OK or \
+                f.mem[DATA:DATA + 4096] != pattern(5, 4096):
+            return (f"after object-del ({'refused' if refused else 'done'}) "
+                    "the queue's read failed")
+        if not f.alive():
+            return "the daemon dropped the frontend"
+        f.close()
+        f = None
+        q.cmd("block-export-del", id="x")
+        deadline = time.monotonic() + 10
+        while q.cmd("query-block-exports"):
+            if time.monotonic() > deadline:
+                return "the export was not deleted in 10 s"
+            time.sleep(0.05)
+        try:
+            q.cmd("quit")
+        except (OSError, EOFError):
+            pass
+        try:
+            qsd.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            return "the daemon did not quit in 20 s"
+        if qsd.returncode != 0:
+            return (f"exit status {qsd.returncode}: " +
+                    qsd.stderr.read().strip()[-300:])
+        return None
+    except (OSError, EOFError, AssertionError, RuntimeError) as e:
+        return f"{type(e).__name__}: {e}"
+    finally:
+        if f:
+            f.close()
+        if qsd.poll() is None:
+            qsd.kill()
+            qsd.wait()
+
+
 def quit_busy(a, disk, rounds=5):
     """QMP quit while a frontend is connected to each export, one has a
     request in flight, two closed their sockets a moment ago: the daemon
@@ -1049,6 +1205,7 @@ def main():
     ap.add_argument("--case", action="append", choices=sorted(CASES) +
                     ["stop-in-flight", "kick-after-close", "long-chains",
                      "messages-under-io", "export-churn",
+                     "stop-in-drain", "iothread-del",
                      "quit-busy", "resize-under-io", "pinning",
                      "restart-in-flight"],
                     help="run only these (default: all)")
@@ -1165,6 +1322,20 @@ def main():
                             "request in flight behind a completed one: the "
                             "next daemon completes it once, without a kick"
                             + (f": {err}" if err else "")))
+        for multi, where in ((False, "one AioContext"),
+                             (True, "queues in two IOThreads")):
+            if a.case and "stop-in-drain" not in a.case:
+                break
+            err = stop_in_drain(a, multi)
+            results.append((err is None, f"{where}: SIGTERM while "
+                            "block_resize holds a drain of the export's node: "
+                            "the daemon exits with status 0"
+                            + (f": {err}" if err else "")))
+        if not a.case or "iothread-del" in a.case:
+            err = iothread_del(a, disk)
+            results.append((err is None, "object-del of an IOThread that "
+                            "a queue runs in: the queue goes on, the daemon "
+                            "quits cleanly" + (f": {err}" if err else "")))
         if not a.case or "quit-busy" in a.case:
             err = quit_busy(a, disk)
             results.append((err is None, "the daemon quits with frontends "
