@@ -639,9 +639,11 @@ LONG_TABLE, LONG_HDR, LONG_DATA, LONG_STATUS = (0x180000, 0x190000,
 LONG_BOUND = 64 << 20
 
 
-def submit_long_chains(f):
-    """Set @f up and submit LONG_N requests of long chains at once"""
-    f.setup(ring=(LONG_DESC, LONG_AVAIL, LONG_USED))
+def submit_long_chains(f, setup=True):
+    """Set @f up (unless told not to) and submit LONG_N requests of long
+    chains at once"""
+    if setup:
+        f.setup(ring=(LONG_DESC, LONG_AVAIL, LONG_USED))
     struct.pack_into("<IIQ", f.mem, LONG_HDR, BLK_T_IN, 0, 0)
     f.mem[LONG_STATUS] = 0xff
     f.put_desc(0, LONG_HDR, 16, DESC_F_NEXT, 1, table=LONG_TABLE)
@@ -1148,6 +1150,103 @@ def iothread_del(a, disk):
             qsd.wait()
 
 
+# A second queue, for throttle_wakes(): its ring and one request's buffers
+Q1_DESC, Q1_AVAIL, Q1_USED = 0x200000, 0x210000, 0x220000
+Q1_HDR, Q1_DATA, Q1_STATUS = 0x230000, 0x240000, 0x250000
+
+
+def throttle_wakes(a, disk, n=2000):
+    """Queue 0 stops at the bound of long chains in flight while queue 1
+    completes @n requests (GET_ID: no I/O, so the throttle that keeps
+    queue 0's chains in flight does not hold them): queue 1's completions
+    must not serve the queues again, each one (before: one throttled flag
+    for the export, so each of them woke every queue, and queue 0 stopped
+    again at once).  Counted with the trace event
+    vhost_user_server_serve_queues.  An error, or None."""
+    workdir = os.path.join(a.workdir, "throttle-wakes")
+    os.makedirs(workdir, exist_ok=True)
+    path = os.path.join(workdir, "vu.sock")
+    cmd = [a.qsd, "--object", "iothread,id=io0", "--object",
+           "iothread,id=io1",
+           "--object", "throttle-group,id=tg,limits.iops-total=500",
+           "--blockdev", f"file,node-name=disk0,filename={disk}",
+           "--blockdev", "throttle,node-name=t0,throttle-group=tg,"
+                         "file=disk0",
+           "--export", "vhost-user-blk,id=x,node-name=t0,writable=on,"
+                       f"addr.type=unix,addr.path={path},num-queues=2,"
+                       "iothread.0=io1,iothread.1=io0",
+           "--trace", "vhost_user_server_serve_queues"]
+    qsd = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    f = None
+    try:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(path):
+            if time.monotonic() > deadline or qsd.poll() is not None:
+                return "the daemon did not listen"
+            time.sleep(0.05)
+        f = Frontend(path, num=LONG_N)
+        f.setup(ring=(LONG_DESC, LONG_AVAIL, LONG_USED))
+        call1 = f.vring_fd(SET_VRING_CALL, 1)
+        f.vring_num(1, 64)
+        f.vring_base(1, 0)
+        f.vring_addr(1, Q1_DESC, Q1_AVAIL, Q1_USED)
+        kick1 = f.vring_fd(SET_VRING_KICK, 1)
+        # Messages on rings wait for the requests in flight: the daemon
+        # must have handled them all before queue 0 fills up
+        if not f.alive():
+            return "the daemon dropped the frontend"
+        submit_long_chains(f, setup=False)
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        struct.pack_into("<IIQ", f.mem, Q1_HDR, BLK_T_GET_ID, 0, 0)
+        f.put_desc(0, Q1_HDR, 16, DESC_F_NEXT, 1, table=Q1_DESC)
+        f.put_desc(1, Q1_DATA, 20, DESC_F_NEXT | DESC_F_WRITE, 2,
+                   table=Q1_DESC)
+        f.put_desc(2, Q1_STATUS, 1, DESC_F_WRITE, table=Q1_DESC)
+        for i in range(n):
+            struct.pack_into("<H", f.mem, Q1_AVAIL + 4 + 2 * (i % 64), 0)
+            struct.pack_into("<H", f.mem, Q1_AVAIL + 2, (i + 1) & 0xffff)
+            os.eventfd_write(kick1, 1)
+            deadline = time.monotonic() + 5
+            while struct.unpack_from("<H", f.mem, Q1_USED + 2)[0] != \
+                    (i + 1) & 0xffff:
+                if time.monotonic() > deadline:
+                    qsd.kill()
+                    err = qsd.communicate(timeout=30)[1]
+                    return (f"queue 1's request {i} did not complete "
+                            f"(queue 0 at "
+                            f"{struct.unpack_from('<H', f.mem, LONG_USED + 2)[0]}"
+                            f"): {err[-500:]}")
+            if f.mem[Q1_STATUS] != BLK_S_OK:
+                return f"queue 1's request {i} failed"
+        used = struct.unpack_from("<H", f.mem, LONG_USED + 2)[0]
+        took = time.monotonic() - t0
+        if used >= LONG_N - 100:
+            return (f"queue 0 was not held at its bound ({used} of {LONG_N} "
+                    f"chains done after queue 1's {took:.1f} s)")
+        os.close(call1)
+        os.close(kick1)
+        qsd.kill()      # not to wait for queue 0's chains
+        _, err = qsd.communicate(timeout=30)
+        serves = err.count("vhost_user_server_serve_queues")
+        print(f"throttle wakes: {serves} serves of the queues for {n} "
+              f"completions on queue 1 in {took:.1f} s, queue 0 at {used}",
+              flush=True)
+        if serves > n // 20:
+            return (f"{serves} serves of the queues for {n} completions of "
+                    "the other queue")
+        return None
+    except (OSError, EOFError, AssertionError, subprocess.TimeoutExpired) \
+            as e:
+        return f"{type(e).__name__}: {e}"
+    finally:
+        if f:
+            f.close()
+        if qsd.poll() is None:
+            qsd.kill()
+            qsd.wait()
+
+
 def quit_busy(a, disk, rounds=5):
     """QMP quit while a frontend is connected to each export, one has a
     request in flight, two closed their sockets a moment ago: the daemon
@@ -1205,7 +1304,7 @@ def main():
     ap.add_argument("--case", action="append", choices=sorted(CASES) +
                     ["stop-in-flight", "kick-after-close", "long-chains",
                      "messages-under-io", "export-churn",
-                     "stop-in-drain", "iothread-del",
+                     "stop-in-drain", "iothread-del", "throttle-wakes",
                      "quit-busy", "resize-under-io", "pinning",
                      "restart-in-flight"],
                     help="run only these (default: all)")
@@ -1336,6 +1435,12 @@ def main():
             results.append((err is None, "object-del of an IOThread that "
                             "a queue runs in: the queue goes on, the daemon "
                             "quits cleanly" + (f": {err}" if err else "")))
+        if not a.case or "throttle-wakes" in a.case:
+            err = throttle_wakes(a, disk)
+            results.append((err is None, "a queue held at the bound of long "
+                            "chains: another queue's completions do not "
+                            "serve the queues again each"
+                            + (f": {err}" if err else "")))
         if not a.case or "quit-busy" in a.case:
             err = quit_busy(a, disk)
             results.append((err is None, "the daemon quits with frontends "
