@@ -573,8 +573,16 @@ def main():
         else:
             results.append((fixed > 0, "the daemon read and wrote through "
                             "fixed buffers"))
-            results.append((not fb, "no request fell back from fixed "
-                            "buffers"))
+            # Requests go without fixed buffers while new memory is being
+            # pinned (the queues do not wait for it): a few not-pinned
+            # ones, and no other reason
+            early = fb.get("not-pinned", 0)
+            other = {k: v for k, v in fb.items() if k != "not-pinned"}
+            results.append((not other and early <= fixed // 100,
+                            "no request fell back from fixed buffers but "
+                            f"while memory was being pinned ({early} of "
+                            f"{fixed + early}; other reasons: "
+                            f"{other or 'none'})"))
         if a.iothreads > 1 and not a.unpinned:
             by_ring = d.fixed_by_ring()
             print(f"fixed operations by ring: {by_ring}", flush=True)
