@@ -870,6 +870,16 @@ def resize_under_io(q, path, rounds=50):
         f.close()
 
 
+def listening(qsd, *paths, timeout=30):
+    """Whether daemon @qsd listens on all @paths within @timeout seconds"""
+    deadline = time.monotonic() + timeout
+    while not all(os.path.exists(p) for p in paths):
+        if time.monotonic() > deadline or qsd.poll() is not None:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def start_daemon(a, workdir, disk, malloc_count=None):
     """The daemon with its four exports of @disk, once they listen:
     (sockets by export, the QMP socket, the process, malloc-count's file)"""
@@ -910,11 +920,8 @@ def start_daemon(a, workdir, disk, malloc_count=None):
     if malloc_count:
         env.update(LD_PRELOAD=malloc_count, MALLOC_COUNT_OUT=mc_out)
     qsd = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.monotonic() + 30
-    while not all(os.path.exists(p) for p in sock.values()):
-        if time.monotonic() > deadline or qsd.poll() is not None:
-            raise RuntimeError("the daemon did not listen")
-        time.sleep(0.05)
+    if not listening(qsd, *sock.values()):
+        raise RuntimeError("the daemon did not listen")
     return sock, qmp_sock, qsd, mc_out
 
 
@@ -1031,11 +1038,8 @@ def stop_in_drain(a, multi):
     qsd = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     f = None
     try:
-        deadline = time.monotonic() + 30
-        while not os.path.exists(path) or not os.path.exists(qmp_sock):
-            if time.monotonic() > deadline or qsd.poll() is not None:
-                return "the daemon did not listen"
-            time.sleep(0.05)
+        if not listening(qsd, path, qmp_sock):
+            return "the daemon did not listen"
         q = QMP(qmp_sock)
         f = Frontend(path)
         f.setup()
@@ -1098,11 +1102,8 @@ def iothread_del(a, disk):
     qsd = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     f = None
     try:
-        deadline = time.monotonic() + 30
-        while not os.path.exists(path) or not os.path.exists(qmp_sock):
-            if time.monotonic() > deadline or qsd.poll() is not None:
-                return "the daemon did not listen"
-            time.sleep(0.05)
+        if not listening(qsd, path, qmp_sock):
+            return "the daemon did not listen"
         q = QMP(qmp_sock)
         f = Frontend(path)
         f.setup()       # queue 0: in io2

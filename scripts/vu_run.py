@@ -501,30 +501,19 @@ def scenario_limits(a, d, results):
 
 
 def scenario_virtio_mem(a, d, results):
-    """QEMU without a guest (qtest), with a virtio-mem device before or
-    after vhost-user-blk-pci: (exit status or None if it ran, stderr)"""
+    """QEMU without a guest, with a virtio-mem device before or after
+    vhost-user-blk-pci"""
     def qemu(mem_first):
         mem = ["-object", "memory-backend-memfd,id=vmem0,size=128M,share=on",
                "-device", "virtio-mem-pci,id=vm0,memdev=vmem0"]
         blk = ["-chardev", f"socket,id=vu0,path={d.vu_sock}",
                "-device", f"vhost-user-blk-pci,id=vblk0,chardev=vu0,"
                           f"num-queues={a.queues}"]
-        cmd = [a.qemu, "-machine", "q35,memory-backend=ram0", "-accel",
-               "qtest", "-qtest", "null", "-display", "none", "-nodefaults",
-               "-m", "512M,maxmem=1G", "-object",
-               "memory-backend-memfd,id=ram0,size=512M,share=on"] + \
-            (mem + blk if mem_first else blk + mem)
-        print("$ " + " ".join(cmd), flush=True)
-        p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-        try:
-            _, err = p.communicate(timeout=5)
-            rc = p.returncode
-        except subprocess.TimeoutExpired:
-            p.kill()
-            _, err = p.communicate()
-            rc = None
-        print(err, end="", flush=True)
-        return rc, err
+        return qtest_qemu(a, ["-machine", "memory-backend=ram0",
+                              "-m", "512M,maxmem=1G", "-object",
+                              "memory-backend-memfd,id=ram0,size=512M,"
+                              "share=on"] +
+                          (mem + blk if mem_first else blk + mem))
 
     rc, err = qemu(True)
     warned = err.count("offers to pin guest memory, but RAM discard is in use")
