@@ -880,6 +880,22 @@ def listening(qsd, *paths, timeout=30):
     return True
 
 
+def own_daemon(a, workdir, args):
+    """A daemon of a case's own, with @args (an export on vu.sock in
+    @workdir) and its monitor on qmp.sock there: (the process, vu.sock,
+    qmp.sock), the process None if it did not listen"""
+    path = os.path.join(workdir, "vu.sock")
+    qmp_sock = os.path.join(workdir, "qmp.sock")
+    qsd = subprocess.Popen([a.qsd] + args + [
+        "--chardev", f"socket,id=m,path={qmp_sock},server=on,wait=off",
+        "--monitor", "chardev=m"], stderr=subprocess.PIPE, text=True)
+    if not listening(qsd, path, qmp_sock):
+        qsd.kill()
+        qsd.wait()
+        return None, path, qmp_sock
+    return qsd, path, qmp_sock
+
+
 def start_daemon(a, workdir, disk, malloc_count=None):
     """The daemon with its four exports of @disk, once they listen:
     (sockets by export, the QMP socket, the process, malloc-count's file)"""
@@ -1021,25 +1037,20 @@ def stop_in_drain(a, multi):
     subprocess.run([qemu_img, "create", "-q", "-f", "qcow2", img, "64M"],
                    check=True)
     path = os.path.join(workdir, "vu.sock")
-    qmp_sock = os.path.join(workdir, "qmp.sock")
-    cmd = [a.qsd, "--object", "iothread,id=io0", "--object",
-           "iothread,id=io1",
-           "--object", "throttle-group,id=tg,limits.bps-total=65536",
-           "--blockdev", f"file,node-name=file0,filename={img},"
-                         "aio=io_uring,cache.direct=on,aio-fixed-buffers=on",
-           "--blockdev", "throttle,node-name=thr0,throttle-group=tg,"
-                         "file=file0",
-           "--blockdev", "qcow2,node-name=disk0,file=thr0",
-           "--export", "vhost-user-blk,id=v,node-name=disk0,writable=on,"
-                       f"addr.type=unix,addr.path={path}" +
-           (",num-queues=2,iothread.0=io0,iothread.1=io1" if multi else ""),
-           "--chardev", f"socket,id=m,path={qmp_sock},server=on,wait=off",
-           "--monitor", "chardev=m"]
-    qsd = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    qsd, path, qmp_sock = own_daemon(a, workdir, [
+        "--object", "iothread,id=io0", "--object", "iothread,id=io1",
+        "--object", "throttle-group,id=tg,limits.bps-total=65536",
+        "--blockdev", f"file,node-name=file0,filename={img},"
+                      "aio=io_uring,cache.direct=on,aio-fixed-buffers=on",
+        "--blockdev", "throttle,node-name=thr0,throttle-group=tg,file=file0",
+        "--blockdev", "qcow2,node-name=disk0,file=thr0",
+        "--export", "vhost-user-blk,id=v,node-name=disk0,writable=on,"
+                    f"addr.type=unix,addr.path={path}" +
+        (",num-queues=2,iothread.0=io0,iothread.1=io1" if multi else "")])
+    if qsd is None:
+        return "the daemon did not listen"
     f = None
     try:
-        if not listening(qsd, path, qmp_sock):
-            return "the daemon did not listen"
         q = QMP(qmp_sock)
         f = Frontend(path)
         f.setup()
@@ -1090,20 +1101,16 @@ def iothread_del(a, disk):
     workdir = os.path.join(a.workdir, "iothread-del")
     os.makedirs(workdir, exist_ok=True)
     path = os.path.join(workdir, "vu.sock")
-    qmp_sock = os.path.join(workdir, "qmp.sock")
-    cmd = [a.qsd, "--object", "iothread,id=io0", "--object",
-           "iothread,id=io2",
-           "--blockdev", f"file,node-name=disk0,filename={disk}",
-           "--export", "vhost-user-blk,id=x,node-name=disk0,writable=on,"
-                       f"addr.type=unix,addr.path={path},num-queues=2,"
-                       "iothread.0=io2,iothread.1=io0",
-           "--chardev", f"socket,id=m,path={qmp_sock},server=on,wait=off",
-           "--monitor", "chardev=m"]
-    qsd = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    qsd, path, qmp_sock = own_daemon(a, workdir, [
+        "--object", "iothread,id=io0", "--object", "iothread,id=io2",
+        "--blockdev", f"file,node-name=disk0,filename={disk}",
+        "--export", "vhost-user-blk,id=x,node-name=disk0,writable=on,"
+                    f"addr.type=unix,addr.path={path},num-queues=2,"
+                    "iothread.0=io2,iothread.1=io0"])
+    if qsd is None:
+        return "the daemon did not listen"
     f = None
     try:
-        if not listening(qsd, path, qmp_sock):
-            return "the daemon did not listen"
         q = QMP(qmp_sock)
         f = Frontend(path)
         f.setup()       # queue 0: in io2
@@ -1167,24 +1174,19 @@ def throttle_wakes(a, disk, n=2000):
     workdir = os.path.join(a.workdir, "throttle-wakes")
     os.makedirs(workdir, exist_ok=True)
     path = os.path.join(workdir, "vu.sock")
-    cmd = [a.qsd, "--object", "iothread,id=io0", "--object",
-           "iothread,id=io1",
-           "--object", "throttle-group,id=tg,limits.iops-total=500",
-           "--blockdev", f"file,node-name=disk0,filename={disk}",
-           "--blockdev", "throttle,node-name=t0,throttle-group=tg,"
-                         "file=disk0",
-           "--export", "vhost-user-blk,id=x,node-name=t0,writable=on,"
-                       f"addr.type=unix,addr.path={path},num-queues=2,"
-                       "iothread.0=io1,iothread.1=io0",
-           "--trace", "vhost_user_server_serve_queues"]
-    qsd = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    qsd, path, _ = own_daemon(a, workdir, [
+        "--object", "iothread,id=io0", "--object", "iothread,id=io1",
+        "--object", "throttle-group,id=tg,limits.iops-total=500",
+        "--blockdev", f"file,node-name=disk0,filename={disk}",
+        "--blockdev", "throttle,node-name=t0,throttle-group=tg,file=disk0",
+        "--export", "vhost-user-blk,id=x,node-name=t0,writable=on,"
+                    f"addr.type=unix,addr.path={path},num-queues=2,"
+                    "iothread.0=io1,iothread.1=io0",
+        "--trace", "vhost_user_server_serve_queues"])
+    if qsd is None:
+        return "the daemon did not listen"
     f = None
     try:
-        deadline = time.monotonic() + 30
-        while not os.path.exists(path):
-            if time.monotonic() > deadline or qsd.poll() is not None:
-                return "the daemon did not listen"
-            time.sleep(0.05)
         f = Frontend(path, num=LONG_N)
         f.setup(ring=(LONG_DESC, LONG_AVAIL, LONG_USED))
         call1 = f.vring_fd(SET_VRING_CALL, 1)
