@@ -15,6 +15,7 @@ Prints one "PASS:"/"FAIL:" line a check.
 import argparse
 import mmap
 import os
+import re
 import socket
 import struct
 import subprocess
@@ -1031,8 +1032,8 @@ def stop_in_drain(a, multi):
     workdir = os.path.join(a.workdir, "drain-" + ("multi" if multi
                                                   else "single"))
     os.makedirs(workdir, exist_ok=True)
-    qemu_img = os.path.join(os.path.dirname(os.path.dirname(a.qsd)),
-                            "qemu-img")
+    qemu_img = a.qemu_img or os.path.join(
+        os.path.dirname(os.path.dirname(a.qsd)), "qemu-img")
     img = os.path.join(workdir, "img.qcow2")
     subprocess.run([qemu_img, "create", "-q", "-f", "qcow2", img, "64M"],
                    check=True)
@@ -1302,6 +1303,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--qsd", required=True)
     ap.add_argument("--workdir", required=True)
+    ap.add_argument("--qemu-img", help="qemu-img for the qcow2 image of "
+                    "stop-in-drain (default: beside --qsd's directory)")
+    ap.add_argument("--tsan-log", metavar="DIR",
+                    help="the daemon is a ThreadSanitizer build logging to "
+                    "DIR/tsan.PID: check that no race it reports is in the "
+                    "export's code")
     ap.add_argument("--malloc-count", metavar="LIB",
                     help="bench/malloc-count's preload: check the heap")
     ap.add_argument("--case", action="append", choices=sorted(CASES) +
@@ -1468,9 +1475,47 @@ def main():
                               "VHOST_USER_PROTOCOL_F_PINNED_MEMORY")
         results.append((warned == 1, "the export warned once that a "
                         f"frontend did not accept pinning ({warned} times)"))
+    if a.tsan_log:
+        results += tsan_verdict(a.tsan_log)
     for ok, what in results:
         print(f"{'PASS' if ok else 'FAIL'}: {what}")
     return 0 if all(ok for ok, _ in results) else 1
+
+
+# The code a race of the export would be in: the vhost-user server, the
+# export, libvhost-user, and the fixed buffers under it.
+TSAN_OURS = ("vhost-user-server.c", "vhost-user-blk-server.c",
+             "vhost-user-blk-mem.c", "libvhost-user.c", "io_uring-fixed.c",
+             "fdmon-io_uring", "io_uring.c", "virtio-blk-handler.c",
+             "block/export/export.c")
+TSAN_ACCESS = re.compile(r"^  (Previous )?(Atomic )?(read|write|Read|Write) "
+                         r"of size")
+
+
+def tsan_verdict(logdir):
+    """Each ThreadSanitizer report whose racing access (the first frame of
+    either access) is in TSAN_OURS fails; the others are upstream's own
+    (QEMU's thread pool, aio_wait_bh(), iothread start-up, coroutine
+    hand-offs TSan cannot follow) and are only counted."""
+    ours, others = [], 0
+    for name in sorted(os.listdir(logdir)):
+        if not name.startswith("tsan."):
+            continue
+        with open(os.path.join(logdir, name)) as f:
+            text = f.read()
+        for report in text.split("WARNING: ThreadSanitizer:")[1:]:
+            lines = report.splitlines()
+            top = [lines[i + 1].strip() for i, line in enumerate(lines[:-1])
+                   if TSAN_ACCESS.match(line)]
+            mine = [t for t in top if any(o in t for o in TSAN_OURS)]
+            if mine:
+                ours.append(lines[0].strip() + ": " + " / ".join(mine))
+            else:
+                others += 1
+    for r in ours:
+        print("tsan: " + r)
+    return [(not ours, f"ThreadSanitizer reports no race in the export's "
+             f"code ({len(ours)} there; {others} elsewhere, upstream's)")]
 
 
 if __name__ == "__main__":
