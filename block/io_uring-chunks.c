@@ -6,6 +6,7 @@
  */
 
 #include "qemu/osdep.h"
+#include "qemu/bitops.h"
 #include "block/io_uring-fixed.h"
 
 size_t uring_chunk_count(uintptr_t start, size_t len)
@@ -38,6 +39,45 @@ size_t uring_chunk_split(uintptr_t start, size_t len,
             .start = pos,
             .len = MIN(next, end) - pos,
         };
+        pos = next;
+    }
+    return n;
+}
+
+/*
+ * Like uring_chunk_split(), and cut also where the pages change between
+ * hugepages and small ones: @huge has a bit for each @unit-sized,
+ * @unit-aligned piece of memory from the one holding @start on, set where
+ * the piece is one hugepage.  The kernel describes a registered buffer
+ * with one bvec per hugepage only if all of it is on hugepages of one
+ * size, else with one per small page (io_check_coalesce_buffer() in
+ * Linux's io_uring/rsrc.c): one small page would cost the whole chunk.
+ * Each chunk gets its huge flag.  Returns how many chunks there are; the
+ * first @max are stored.
+ */
+size_t uring_chunk_split_runs(uintptr_t start, size_t len,
+                              const unsigned long *huge, size_t unit,
+                              UringChunk *out, size_t max)
+{
+    uint64_t base = QEMU_ALIGN_DOWN((uint64_t)start, unit);
+    uint64_t pos = start, end = (uint64_t)start + len;
+    size_t n = 0;
+
+    while (pos < end) {
+        uint64_t next = QEMU_ALIGN_DOWN(pos, URING_CHUNK_MAX) + URING_CHUNK_MAX;
+        uint64_t i = (pos - base) / unit;
+        bool h = test_bit(i, huge);
+
+        next = MIN(next, end);
+        /* Up to the first piece of the other kind */
+        for (i++; base + i * unit < next && test_bit(i, huge) == h; i++) {
+            /* same kind */
+        }
+        next = MIN(next, base + i * unit);
+        if (n < max) {
+            out[n] = (UringChunk) { .start = pos, .len = next - pos, .huge = h };
+        }
+        n++;
         pos = next;
     }
     return n;

@@ -106,6 +106,7 @@ IoUringBuffersInfo *qmp_x_query_io_uring_buffers(Error **errp)
                               : qemu_real_host_page_size();
         chunk->slot = c->slot;
         chunk->pinned = c->pinned;
+        chunk->hugepages = c->huge;
         QAPI_LIST_APPEND(chunk_tail, chunk);
 
         info->registered_bytes += c->len;
@@ -141,9 +142,10 @@ void hmp_info_io_uring_buffers(Monitor *mon, const QDict *qdict)
                    info->vectored_fixed ? "yes" : "no");
     for (c = info->chunks; c; c = c->next) {
         monitor_printf(mon, "  chunk %u: %s +0x%" PRIx64 " size %" PRIu64
-                       " page %" PRIu64 "%s\n",
+                       " page %" PRIu64 "%s%s\n",
                        c->value->slot, c->value->ram_block, c->value->offset,
                        c->value->size, c->value->page_size,
+                       c->value->hugepages ? " hugepages" : "",
                        c->value->pinned ? "" : " (not pinned)");
     }
     for (r = info->rings; r; r = r->next) {

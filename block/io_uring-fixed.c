@@ -56,9 +56,11 @@
 
 #include "qemu/osdep.h"
 #include <liburing.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include "exec/cpu-common.h"
 #include "qemu/bitmap.h"
+#include "qemu/cutils.h"
 #include "qemu/error-report.h"
 #include "qemu/iov.h"
 #include "qemu/lockable.h"
@@ -85,6 +87,7 @@ typedef struct UringRange {
     size_t len;
     unsigned refs;          /* registrations of the same range */
     bool pending;           /* waits for pin_pending_bh() to be pinned */
+    bool laid_out;          /* its chunks follow its hugepages */
     unsigned nr_chunks;
     UringChunk *chunks;
 } UringRange;
@@ -513,6 +516,220 @@ static bool pin_pending_any_locked(void)
     return false;
 }
 
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25                /* Linux 6.1 */
+#endif
+
+/* PAGEMAP_SCAN of Linux 6.7 (include/uapi/linux/fs.h) */
+typedef struct UringPageRegion {
+    uint64_t start, end, categories;
+} UringPageRegion;
+
+typedef struct UringPmScanArg {
+    uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages;
+    uint64_t category_inverted, category_mask, category_anyof_mask;
+    uint64_t return_mask;
+} UringPmScanArg;
+
+#define URING_PAGEMAP_SCAN      _IOWR('f', 16, UringPmScanArg)
+#define URING_PAGE_IS_HUGE      (1 << 6)
+
+/*
+ * Set in @huge the bit of each @unit-sized piece of [@base, @end), both
+ * @unit-aligned, that one hugepage maps.  False where the kernel cannot
+ * tell (before Linux 6.7).
+ */
+static bool scan_hugepages(int pagemap, uint64_t base, uint64_t end,
+                           size_t unit, unsigned long *huge)
+{
+    UringPageRegion vec[64];
+    uint64_t pos = base;
+
+    while (pos < end) {
+        UringPmScanArg arg = {
+            .size = sizeof(arg),
+            .start = pos,
+            .end = end,
+            .vec = (uintptr_t)vec,
+            .vec_len = ARRAY_SIZE(vec),
+            .category_mask = URING_PAGE_IS_HUGE,
+            .return_mask = URING_PAGE_IS_HUGE,
+        };
+        long i, n = ioctl(pagemap, URING_PAGEMAP_SCAN, &arg);
+
+        if (n < 0) {
+            return false;
+        }
+        for (i = 0; i < n; i++) {
+            uint64_t s = QEMU_ALIGN_UP(vec[i].start, unit);
+            uint64_t e = QEMU_ALIGN_DOWN(vec[i].end, unit);
+
+            if (s < e) {
+                bitmap_set(huge, (s - base) / unit, (e - s) / unit);
+            }
+        }
+        if (arg.walk_end <= pos) {
+            break;
+        }
+        pos = arg.walk_end;
+    }
+    return true;
+}
+
+/* The size of a transparent hugepage, 0 if the administrator said never */
+static size_t thp_size(void)
+{
+    g_autofree char *enabled = NULL, *size = NULL;
+    uint64_t n;
+
+    if (!g_file_get_contents("/sys/kernel/mm/transparent_hugepage/enabled",
+                             &enabled, NULL, NULL) ||
+        strstr(enabled, "[never]") ||
+        !g_file_get_contents("/sys/kernel/mm/transparent_hugepage/"
+                             "hpage_pmd_size", &size, NULL, NULL) ||
+        qemu_strtou64(g_strstrip(size), NULL, 10, &n) < 0 || !is_power_of_2(n)) {
+        return 0;
+    }
+    return n;
+}
+
+/*
+ * Make [@start, @start + @len) whole before it is pinned: each @unit
+ * piece of it not on a hugepage yet is collapsed into one
+ * (MADV_COLLAPSE, Linux 6.1), which pinned pages can no longer be.  A
+ * piece fails to collapse where the host has no free hugepage (ENOMEM),
+ * the memory is not aligned as a hugepage would be, or something else
+ * holds its pages; it stays on small pages.  Returns which pieces are
+ * hugepages now (see uring_chunk_split_runs()), or NULL where the kernel
+ * cannot tell.  In the pin thread, without the lock: a second or more
+ * per GiB of small pages.
+ */
+static unsigned long *make_whole(uintptr_t start, size_t len, size_t unit)
+{
+    uint64_t base = QEMU_ALIGN_DOWN((uint64_t)start, unit);
+    uint64_t end = QEMU_ALIGN_UP((uint64_t)start + len, unit), p;
+    size_t collapsed = 0, failed = 0;
+    unsigned long *huge = bitmap_new((end - base) / unit);
+    int pagemap = open("/proc/self/pagemap", O_RDONLY);
+
+    if (pagemap < 0 || !scan_hugepages(pagemap, base, end, unit, huge)) {
+        if (pagemap >= 0) {
+            close(pagemap);
+        }
+        g_free(huge);
+        return NULL;
+    }
+    for (p = base; p < end; p += unit) {
+        if (test_bit((p - base) / unit, huge) || p < start ||
+            p + unit > (uint64_t)start + len) {
+            continue;
+        }
+        if (madvise((void *)(uintptr_t)p, unit, MADV_COLLAPSE) == 0) {
+            collapsed++;
+        } else {
+            failed++;
+        }
+    }
+    if (collapsed) {
+        bitmap_zero(huge, (end - base) / unit);
+        if (!scan_hugepages(pagemap, base, end, unit, huge)) {
+            bitmap_zero(huge, (end - base) / unit);
+        }
+    }
+    close(pagemap);
+    trace_uring_fixed_make_whole((void *)start, len, collapsed, failed);
+    return huge;
+}
+
+/* Whether every piece of [@start, @start + @len) is a hugepage in @huge */
+static bool all_huge(uintptr_t start, size_t len, const unsigned long *huge,
+                     size_t unit)
+{
+    uint64_t base = QEMU_ALIGN_DOWN((uint64_t)start, unit);
+    uint64_t first = ((uint64_t)start - base) / unit;
+    uint64_t last = ((uint64_t)start + len - 1 - base) / unit;
+
+    return find_next_zero_bit(huge, last + 1, first) > last;
+}
+
+/*
+ * Cut @r's chunks again where its pages change between hugepages and
+ * small ones (@huge), unless that takes more slots than are left: then
+ * its chunks stay as they are, and learn whether they are all huge.
+ */
+static void lay_out_locked(UringRange *r, const unsigned long *huge,
+                           size_t unit)
+{
+    size_t n = uring_chunk_split_runs(r->start, r->len, huge, unit, NULL, 0);
+    size_t avail = URING_SLOTS_MAX - bitmap_count_one(reg.slots,
+                                                      URING_SLOTS_MAX);
+    unsigned i;
+
+    for (i = 0; i < r->nr_chunks; i++) {
+        avail += r->chunks[i].slot < URING_SLOTS_MAX;
+    }
+    if (n > avail || n == r->nr_chunks) {
+        for (i = 0; i < r->nr_chunks; i++) {
+            r->chunks[i].huge = all_huge(r->chunks[i].start,
+                                         r->chunks[i].len, huge, unit);
+        }
+        if (n == r->nr_chunks) {
+            /* the same cuts; otherwise, too many for the slots left */
+            return;
+        }
+        warn_report_once("io_uring fixed buffers: guest RAM alternates "
+                         "between hugepages and small pages too often to "
+                         "give each run a buffer of its own");
+        return;
+    }
+    for (i = 0; i < r->nr_chunks; i++) {
+        if (r->chunks[i].slot < URING_SLOTS_MAX) {
+            clear_bit(r->chunks[i].slot, reg.slots);
+        }
+    }
+    g_free(r->chunks);
+    r->chunks = g_new0(UringChunk, n);
+    r->nr_chunks = uring_chunk_split_runs(r->start, r->len, huge, unit,
+                                          r->chunks, n);
+    for (i = 0; i < r->nr_chunks; i++) {
+        add_chunk_locked(&r->chunks[i]);
+    }
+}
+
+/*
+ * Lay the chunks of every pending range out along its hugepages, after
+ * collapsing its small pages (make_whole()), before anything of it is
+ * pinned.  reg.pin_busy keeps the ranges in place meanwhile.
+ */
+static void make_pending_whole_locked(void)
+{
+    size_t unit = thp_size();
+    unsigned i;
+
+    for (i = 0; unit && i < reg.ranges->len; i++) {
+        UringRange *r = &g_array_index(reg.ranges, UringRange, i);
+        g_autofree unsigned long *huge = NULL;
+        uintptr_t start = r->start;
+        size_t len = r->len;
+
+        if (!r->pending || r->laid_out) {
+            continue;
+        }
+        reg.pin_busy = true;
+        qemu_mutex_unlock(&reg.lock);
+        huge = make_whole(start, len, unit);
+        qemu_mutex_lock(&reg.lock);
+        reg.pin_busy = false;
+        qemu_cond_broadcast(&reg.pin_cond);
+
+        r = &g_array_index(reg.ranges, UringRange, i); /* may have moved */
+        r->laid_out = true;
+        if (huge) {
+            lay_out_locked(r, huge, unit);
+        }
+    }
+}
+
 /*
  * Pin every range added since the last call into the pin ring, and tell
  * the rings.  When the pin ring holds nothing (the machine's start, or
@@ -528,6 +745,7 @@ static void pin_pending_locked(void)
     if (!pin_pending_any_locked()) {
         return;     /* unregistered before their turn came */
     }
+    make_pending_whole_locked();
     if (!pin_ring_holds_any_locked()) {
         i = pin_table_whole_locked();
     }
@@ -635,7 +853,10 @@ void uring_fixed_register(void *host, size_t size)
     r.nr_chunks = uring_chunk_count(r.start, r.len);
     r.chunks = g_new0(UringChunk, r.nr_chunks);
     uring_chunk_split(r.start, r.len, r.chunks, r.nr_chunks);
+    /* On hugetlbfs, all hugepages already; else the pin thread sees */
+    r.laid_out = uring_fixed_ram_on_hugepages(host) || !reg.can_clone;
     for (i = 0; i < r.nr_chunks; i++) {
+        r.chunks[i].huge = uring_fixed_ram_on_hugepages(host);
         add_chunk_locked(&r.chunks[i]);
         /* Without cloning, every ring pins it for itself */
         r.chunks[i].pinned = !reg.can_clone &&

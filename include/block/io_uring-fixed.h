@@ -30,6 +30,7 @@ typedef struct UringChunk {
     size_t len;
     unsigned slot;          /* index in every ring's buffer table */
     bool pinned;            /* the kernel accepted it */
+    bool huge;              /* all its pages were hugepages when pinned */
 } UringChunk;
 
 /* An immutable snapshot of the registry, sorted by start address. */
@@ -44,6 +45,9 @@ typedef struct UringChunkTable {
 size_t uring_chunk_count(uintptr_t start, size_t len);
 size_t uring_chunk_split(uintptr_t start, size_t len,
                          UringChunk *out, size_t max);
+size_t uring_chunk_split_runs(uintptr_t start, size_t len,
+                              const unsigned long *huge, size_t unit,
+                              UringChunk *out, size_t max);
 const UringChunk *uring_chunk_find(const UringChunkTable *t, uintptr_t addr);
 const UringChunk *uring_chunk_for_iov(const UringChunkTable *t,
                                       const struct iovec *iov, int niov,

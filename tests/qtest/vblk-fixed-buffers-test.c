@@ -1562,6 +1562,95 @@ static void test_memlock_hotplug(gconstpointer opaque)
     unlink(log);
 }
 
+/* Whether the host makes transparent hugepages for memory that asks */
+static bool have_thp(void)
+{
+    g_autofree char *enabled = NULL;
+
+    return g_file_get_contents("/sys/kernel/mm/transparent_hugepage/enabled",
+                               &enabled, NULL, NULL) &&
+           !strstr(enabled, "[never]");
+}
+
+/* Whether every chunk of RAM block @block is pinned, and on hugepages */
+static bool chunks_huge(QDict *info, const char *block, int *nr)
+{
+    QListEntry *e;
+    bool all = true;
+
+    *nr = 0;
+    QLIST_FOREACH_ENTRY(qdict_get_qlist(info, "chunks"), e) {
+        QDict *c = qobject_to(QDict, qlist_entry_obj(e));
+
+        if (g_str_equal(qdict_get_str(c, "ram-block"), block)) {
+            all = all && qdict_get_bool(c, "pinned") &&
+                  qdict_get_bool(c, "hugepages");
+            (*nr)++;
+        }
+    }
+    return all;
+}
+
+/*
+ * Ordinary RAM (memory-backend-ram), locked as libvirt's <locked/> does:
+ * QEMU asks for transparent hugepages before it locks boot RAM, so its
+ * chunks are on hugepages.  A DIMM plugged in later is locked, and so
+ * faulted in, as it is mapped, before QEMU's MADV_HUGEPAGE: on small
+ * pages, which the kernel describes with one bvec each.  Its registration
+ * collapses them into hugepages first (MADV_COLLAPSE), and the query says
+ * so.  Before that: not one of its chunks on hugepages.
+ */
+static void test_thp(void)
+{
+    char *image;
+    g_autofree char *drive = NULL;
+    VblkDev *d;
+    QDict *info;
+    int nr;
+
+    if (!have_thp()) {
+        g_test_skip("transparent hugepages are disabled on this host");
+        return;
+    }
+    image = vblk_make_image(DISK_SIZE);
+    drive = fixed_drive(image, ",aio-fixed-buffers=on");
+    d = vblk_start(256 * MiB, image, 1,
+                   "-overcommit mem-lock=on "
+                   "-machine pc,memory-backend=ram0 -m 256M,slots=2,maxmem=1G "
+                   "-object memory-backend-ram,id=ram0,size=256M "
+                   "-object iothread,id=io0 %s "
+                   "-device virtio-blk-pci,id=vblk0,addr=04.0,drive=disk0,"
+                   "iothread=io0", drive);
+    info = vblk_fixed_info(d);
+    g_assert_true(chunks_huge(info, "ram0", &nr));
+    g_assert_cmpint(nr, >=, 1);
+    qobject_unref(info);
+
+    qmp_ok(d->qts, "{'execute': 'object-add', 'arguments': {"
+           "'qom-type': 'memory-backend-ram', 'id': 'mem-dimm0',"
+           "'size': %" PRIu64 "}}", (uint64_t)(128 * MiB));
+    qmp_ok(d->qts, "{'execute': 'device_add', 'arguments': {"
+           "'driver': 'pc-dimm', 'id': 'dimm0', 'memdev': 'mem-dimm0'}}");
+    vblk_wait_pinned(d->qts);
+    info = vblk_fixed_info(d);
+    g_assert_true(chunks_huge(info, "mem-dimm0", &nr));
+    g_assert_cmpint(nr, >=, 1);
+    qobject_unref(info);
+
+    /* And I/O into it goes fixed */
+    {
+        VblkSeg seg = { dimm_address(d->qts) + 4 * MiB, 2 * MiB };
+
+        vblk_write_pattern(d, 0, 0, &seg, 1, 7);
+        vblk_read_verify(d, 0, 0, &seg, 1);
+    }
+    info = vblk_fixed_info(d);
+    g_assert_cmpint(qdict_get_int(vblk_fixed_ring(info, "io0"),
+                                  "fixed-reads"), >=, 1);
+    qobject_unref(info);
+    vblk_stop(d);
+}
+
 int main(int argc, char **argv)
 {
     int i;
@@ -1570,6 +1659,7 @@ int main(int argc, char **argv)
 
     qtest_add_func("/vblk-fixed/hugetlb", test_hugetlb);
     qtest_add_func("/vblk-fixed/small-pages", test_small_pages);
+    qtest_add_func("/vblk-fixed/thp", test_thp);
     qtest_add_func("/vblk-fixed/small-requests", test_small_requests);
     for (i = 0; i < ARRAY_SIZE(auto_cases); i++) {
         g_autofree char *path = g_strdup_printf("/vblk-fixed/%s",

@@ -5,6 +5,7 @@
 
 #include "qemu/osdep.h"
 #include "qemu/units.h"
+#include "qemu/bitmap.h"
 #include "block/io_uring-fixed.h"
 
 #define BASE (0x7f0000000000ull)   /* 1 GiB aligned */
@@ -189,11 +190,68 @@ static void test_prefix(void)
     g_assert_cmpuint(bytes, ==, 0);
 }
 
+/*
+ * Chunks along hugepages: a chunk is all hugepages or all small pages,
+ * and never crosses a 1 GiB boundary
+ */
+static void test_split_runs(void)
+{
+    const size_t unit = 2 * MiB;
+    unsigned long *huge = bitmap_new(2 * GiB / unit);
+    UringChunk c[8];
+    size_t n;
+
+    /* All hugepages: the 1 GiB cuts only */
+    bitmap_set(huge, 0, 2 * GiB / unit);
+    n = uring_chunk_split_runs(BASE, 2 * GiB, huge, unit, c, 8);
+    g_assert_cmpuint(n, ==, 2);
+    g_assert(c[0].huge && c[1].huge);
+    g_assert_cmpuint(c[1].start, ==, BASE + GiB);
+
+    /* One small piece at 6 MiB: before, it, after */
+    clear_bit(3, huge);
+    n = uring_chunk_split_runs(BASE, GiB, huge, unit, c, 8);
+    g_assert_cmpuint(n, ==, 3);
+    g_assert(c[0].huge && !c[1].huge && c[2].huge);
+    g_assert_cmpuint(c[0].len, ==, 6 * MiB);
+    g_assert_cmpuint(c[1].start, ==, BASE + 6 * MiB);
+    g_assert_cmpuint(c[1].len, ==, unit);
+    g_assert_cmpuint(c[2].start, ==, BASE + 8 * MiB);
+    g_assert_cmpuint(c[2].start + c[2].len, ==, BASE + GiB);
+
+    /*
+     * A range that starts inside a piece and ends inside another: the
+     * bitmap starts at the piece that holds the start (4 MiB, huge; then
+     * 6 MiB, small)
+     */
+    bitmap_zero(huge, 2 * GiB / unit);
+    set_bit(0, huge);
+    n = uring_chunk_split_runs(BASE + 5 * MiB, 2 * MiB, huge, unit, c, 8);
+    g_assert_cmpuint(n, ==, 2);
+    g_assert(c[0].huge && !c[1].huge);
+    g_assert_cmpuint(c[0].start, ==, BASE + 5 * MiB);
+    g_assert_cmpuint(c[0].len, ==, MiB);
+    g_assert_cmpuint(c[1].len, ==, MiB);
+
+    /* Alternating: counted in full, only @max stored */
+    bitmap_zero(huge, 2 * GiB / unit);
+    bitmap_set(huge, 0, 1);
+    bitmap_set(huge, 2, 1);
+    bitmap_set(huge, 4, 1);
+    n = uring_chunk_split_runs(BASE, 10 * MiB, huge, unit, c, 2);
+    g_assert_cmpuint(n, ==, 5);
+    g_assert(c[0].huge && !c[1].huge);
+    g_assert_cmpuint(uring_chunk_split_runs(BASE, 10 * MiB, huge, unit,
+                                            NULL, 0), ==, 5);
+    g_free(huge);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
     g_test_add_func("/vblk-uring/chunks/count", test_count);
     g_test_add_func("/vblk-uring/chunks/split", test_split);
+    g_test_add_func("/vblk-uring/chunks/split-runs", test_split_runs);
     g_test_add_func("/vblk-uring/chunks/find", test_find);
     g_test_add_func("/vblk-uring/chunks/for-iov", test_for_iov);
     g_test_add_func("/vblk-uring/chunks/prefix", test_prefix);
