@@ -33,13 +33,18 @@ SET_VRING_NUM, SET_VRING_ADDR, SET_VRING_BASE, GET_VRING_BASE = 8, 9, 10, 11
 SET_VRING_KICK, SET_VRING_CALL = 12, 13
 GET_PROTOCOL_FEATURES, SET_PROTOCOL_FEATURES = 15, 16
 GET_QUEUE_NUM = 17
+SET_BACKEND_REQ_FD = 21
+BACKEND_CONFIG_CHANGE_MSG = 2     # back-end to front-end
 POSTCOPY_ADVISE, POSTCOPY_END = 28, 30
 GET_INFLIGHT_FD, SET_INFLIGHT_FD = 31, 32
-ADD_MEM_REG = 37
+ADD_MEM_REG, REM_MEM_REG = 37, 38
 VERSION, REPLY, NEED_REPLY = 0x1, 0x4, 0x8
 
 VIRTIO_F_VERSION_1 = 1 << 32
+VIRTIO_RING_F_EVENT_IDX = 1 << 29
+PROTOCOL_F_BACKEND_REQ, PROTOCOL_F_CONFIG = 1 << 5, 1 << 9
 PROTOCOL_F_INFLIGHT_SHMFD = 1 << 12
+PROTOCOL_F_CONFIGURE_MEM_SLOTS = 1 << 15
 PROTOCOL_F_PINNED_MEMORY = 1 << 20
 DESC_F_NEXT, DESC_F_WRITE, DESC_F_INDIRECT = 1, 2, 4
 BLK_T_IN, BLK_T_OUT, BLK_T_GET_ID = 0, 1, 8
@@ -152,15 +157,17 @@ class Frontend:
                   [fd])
 
     def setup(self, num=None, skip=(), ring=(DESC, AVAIL, USED),
-              inflight=False, base=0, after_mem=None):
+              inflight=False, base=0, after_mem=None, features=0,
+              protocol=0):
         num = self.num if num is None else num
         self.send(GET_FEATURES)
         self.recv_u64(GET_FEATURES)
-        self.send(SET_FEATURES, struct.pack("<Q", VIRTIO_F_VERSION_1))
+        self.send(SET_FEATURES, struct.pack("<Q", VIRTIO_F_VERSION_1 |
+                                            features))
         self.send(GET_PROTOCOL_FEATURES)
         self.protocol_features = self.recv_u64(GET_PROTOCOL_FEATURES)
         want = (PROTOCOL_F_PINNED_MEMORY if self.pin else 0) | \
-            (PROTOCOL_F_INFLIGHT_SHMFD if inflight else 0)
+            (PROTOCOL_F_INFLIGHT_SHMFD if inflight else 0) | protocol
         self.send(SET_PROTOCOL_FEATURES, struct.pack(
             "<Q", self.protocol_features & want))
         self.send(SET_OWNER)
@@ -413,6 +420,21 @@ def ring_past_memory(f):
     f.submit(0)
 
 
+def ring_size_odd(f):
+    # a split ring's size is a power of 2 (virtio 2.7): a device that
+    # takes 100 serves this read
+    f.setup(num=100)
+    f.rw(False, 0, 4096)
+
+
+def event_idx_past_memory(f):
+    # the used ring fits, its avail_event field (VIRTIO_RING_F_EVENT_IDX)
+    # does not: the device writes it at every pop
+    used = MEM - (4 + 8 * f.num)
+    f.setup(ring=(DESC, AVAIL, used), features=VIRTIO_RING_F_EVENT_IDX)
+    f.submit(0)
+
+
 def num_after_addr(f):
     # a ring that fits, then made larger than the memory holds
     f.setup()
@@ -531,6 +553,8 @@ CASES = {
     "ring-size-zero": ring_size_zero,
     "ring-size-huge": ring_size_huge,
     "ring-past-memory": ring_past_memory,
+    "ring-size-odd": ring_size_odd,
+    "event-idx-past-memory": event_idx_past_memory,
     "ring-grown-past-memory": num_after_addr,
     "region-past-file": region_past_file,
     "desc-outside-memory": desc_outside_memory,
@@ -868,6 +892,89 @@ def resize_under_io(q, path, rounds=50):
     except (OSError, EOFError, AssertionError, RuntimeError) as e:
         return f"{type(e).__name__}: {e}"
     finally:
+        f.close()
+
+
+def unplug_in_flight(q, path):
+    """A DIMM unplugged while a request into it is in flight: QEMU's
+    frontend sends REM_MEM_REG (VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS).
+    On the throttled export, a 64 KiB read into a second region of 1 MiB
+    takes 2 s.  The export must answer only once the read completed into
+    that region, and give the region's registration back before
+    libvhost-user unmaps it; the memory left stays registered and served.
+    An error, or None."""
+    f = Frontend(path)
+    fd = os.memfd_create("vu-hostile-dimm")
+    os.ftruncate(fd, 1 << 20)
+    dimm = mmap.mmap(fd, 1 << 20)
+    gpa = 1 << 28
+    region = struct.pack("<QQQQQ", 0, gpa, 1 << 20, QVA + gpa, 0)
+    try:
+        f.setup(protocol=PROTOCOL_F_CONFIGURE_MEM_SLOTS)
+        f.send(ADD_MEM_REG, region, [fd], flags=VERSION | NEED_REPLY)
+        f.recv_u64(ADD_MEM_REG)
+        if registered(q, MEM + (1 << 20)) != MEM + (1 << 20):
+            return "the second region was not registered"
+        # the throttle's budget goes to this write: the read waits
+        if f.rw(True, 0, 65536, pattern(7, 65536)) != BLK_S_OK:
+            return "the priming write failed"
+        dimm[:65536] = bytes([0xee]) * 65536
+        struct.pack_into("<IIQ", f.mem, HDR, BLK_T_IN, 0, 0)
+        f.mem[STATUS] = 0xff
+        f.put_desc(0, HDR, 16, DESC_F_NEXT, 1)
+        f.put_desc(1, gpa, 65536, DESC_F_NEXT | DESC_F_WRITE, 2)
+        f.put_desc(2, STATUS, 1, DESC_F_WRITE)
+        f.submit(0)
+        time.sleep(0.2)
+        if f.used_idx() != 1:
+            return "the read into the DIMM was not in flight"
+        f.send(REM_MEM_REG, region, flags=VERSION | NEED_REPLY)
+        f.recv_u64(REM_MEM_REG)
+        if f.used_idx() != 2 or f.mem[STATUS] != BLK_S_OK:
+            return "REM_MEM_REG was answered before the read into it ended"
+        f.used_seen += 1
+        if dimm[:65536] != pattern(7, 65536):
+            return "the read did not land in the region"
+        if registered(q, MEM) != MEM:
+            return "the unplugged region is still registered"
+        st = f.rw(False, 8, 4096)
+        if st != BLK_S_OK:
+            return f"a read into the memory left failed (status {st})"
+        return None if f.alive() else "the daemon dropped the frontend"
+    except (OSError, EOFError, AssertionError, RuntimeError) as e:
+        return f"{type(e).__name__}: {e}"
+    finally:
+        f.close()
+        dimm.close()
+        os.close(fd)
+
+
+def config_change(q, path):
+    """A frontend that set up the back-end channel (SET_BACKEND_REQ_FD)
+    hears of a resize there: VHOST_USER_BACKEND_CONFIG_CHANGE_MSG, as
+    QEMU's vhost-user-blk waits for to read the new capacity.  An error,
+    or None."""
+    f = Frontend(path)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        f.setup(protocol=PROTOCOL_F_BACKEND_REQ | PROTOCOL_F_CONFIG)
+        f.send(SET_BACKEND_REQ_FD, fds=[theirs.fileno()])
+        theirs.close()
+        if not f.alive():
+            return "the daemon dropped the frontend at SET_BACKEND_REQ_FD"
+        q.cmd("block_resize", **{"node-name": "disk0", "size": 64 << 20})
+        ours.settimeout(5)
+        hdr = ours.recv(12)
+        if len(hdr) < 12:
+            return "no message on the back-end channel"
+        req = struct.unpack_from("<I", hdr)[0]
+        if req != BACKEND_CONFIG_CHANGE_MSG:
+            return f"message {req} on the back-end channel"
+        return None if f.alive() else "the daemon dropped the frontend"
+    except (OSError, EOFError, AssertionError, RuntimeError) as e:
+        return f"{type(e).__name__}: {e}"
+    finally:
+        ours.close()
         f.close()
 
 
@@ -1316,6 +1423,7 @@ def main():
                      "messages-under-io", "export-churn",
                      "stop-in-drain", "iothread-del", "throttle-wakes",
                      "quit-busy", "resize-under-io", "pinning",
+                     "config-change", "unplug-in-flight",
                      "restart-in-flight"],
                     help="run only these (default: all)")
     a = ap.parse_args()
@@ -1346,6 +1454,17 @@ def main():
                             "connected: every request completes, the daemon "
                             "is up" + (f": {err}" if err else "") +
                             ("" if up else f" (exit status {qsd.returncode})")))
+        if "unplug-in-flight" in (a.case or ["unplug-in-flight"]):
+            err = unplug_in_flight(q, sock["slow"])
+            results.append((err is None, "a region removed (REM_MEM_REG) "
+                            "with a read into it in flight: answered once "
+                            "the read completed, its registration given "
+                            "back" + (f": {err}" if err else "")))
+        if "config-change" in (a.case or ["config-change"]):
+            err = config_change(q, sock["bystander"])
+            results.append((err is None, "a frontend with the back-end "
+                            "channel hears of a resize there"
+                            + (f": {err}" if err else "")))
         if "stop-in-flight" in (a.case or ["stop-in-flight"]):
             err = stop_in_flight(sock["slow"])
             results.append((err is None, "a ring stops once its request in "
