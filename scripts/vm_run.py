@@ -26,7 +26,10 @@ def parse_args():
     ap.add_argument("--queues", type=int, default=4)
     ap.add_argument("--queue-size", type=int, default=256)
     ap.add_argument("--mem", type=int, default=1024, help="MiB")
-    ap.add_argument("--page-size", choices=["2M", "4K"], default="2M")
+    ap.add_argument("--page-size", choices=["2M", "4K", "THP"], default="2M",
+                    help="guest RAM on 2 MiB hugetlbfs pages, a 4 KiB-page "
+                    "memfd, or ordinary RAM (memory-backend-ram) locked "
+                    "with -overcommit mem-lock=on, on transparent hugepages")
     ap.add_argument("--aio", default="io_uring")
     ap.add_argument("--fixed", choices=["on", "off"], default="on")
     ap.add_argument("--jobs", type=int, default=4)
@@ -109,15 +112,20 @@ def quit_qemu(proc, qmp):
 
 def qemu_command(a, disk, sock, console):
     ram = f"memory-backend-memfd,id=ram0,size={a.mem}M,share=on"
+    locked = []
     if a.page_size == "2M":
         ram += ",hugetlb=on,hugetlbsize=2M"
+    elif a.page_size == "THP":
+        # The common case: ordinary RAM, locked as libvirt's <locked/> does
+        ram = f"memory-backend-ram,id=ram0,size={a.mem}M"
+        locked = ["-overcommit", "mem-lock=on"]
     blockdev = (f"file,node-name=disk0,filename={disk},aio={a.aio},"
                 "cache.direct=on")
     if a.fixed == "on":
         blockdev += ",aio-fixed-buffers=on"
     accel = "kvm" if pick_accel(a.accel) == "kvm" else "tcg,thread=multi"
     return [
-        a.qemu, "-machine", "q35,memory-backend=ram0",
+        a.qemu, "-machine", "q35,memory-backend=ram0", *locked,
         "-accel", accel, "-cpu", "max", "-smp", str(a.smp),
         "-m", f"{a.mem}M", "-object", ram, "-object", "iothread,id=io0",
         "-blockdev", blockdev,
@@ -188,11 +196,15 @@ def device_report(q, a, seen):
           f"(queues {', '.join(map(str, sorted(seen))) or 'none'})")
     fixed = 0
     queues_ok = len(seen) > 1
+    ram_huge = None
     if a.aio == "io_uring":
         info = q.cmd("x-query-io-uring-buffers")
+        ram = [c for c in info["chunks"] if c["ram-block"] == "ram0"]
+        ram_huge = bool(ram) and all(c["hugepages"] for c in ram)
         print(f"io_uring fixed buffers: {info['registered-bytes'] >> 20} MiB "
               f"registered, {info['pinned-bytes'] >> 20} MiB pinned, "
-              f"{len(info['chunks'])} chunks")
+              f"{len(info['chunks'])} chunks; guest RAM in "
+              f"{sum(c['hugepages'] for c in ram)} of {len(ram)} on hugepages")
         for ring in info["rings"]:
             fb = ", ".join(f"{f['reason']} {f['count']}"
                            for f in ring["fallbacks"] if f["count"])
@@ -200,7 +212,7 @@ def device_report(q, a, seen):
                   f"fixed writes {ring['fixed-writes']}, "
                   f"fallbacks: {fb or 'none'}")
             fixed += ring["fixed-reads"] + ring["fixed-writes"]
-    return fixed, queues_ok
+    return fixed, queues_ok, ram_huge
 
 
 def main():
@@ -243,7 +255,7 @@ def main():
         for line in con.lines:
             if line.strip().startswith(("READ: bw=", "WRITE: bw=")):
                 print(f"guest fio: {line.strip()}")
-        fixed, queues_ok = device_report(q, a, seen)
+        fixed, queues_ok, ram_huge = device_report(q, a, seen)
         if reason != "guest-shutdown":
             print(f"FAIL: the guest did not power off ({reason}; panic?)")
         elif not verdict or "PASS" not in verdict[-1]:
@@ -252,6 +264,10 @@ def main():
             print("FAIL: aio-fixed-buffers=on, but no fixed-buffer I/O ran")
         elif a.queues > 1 and a.smp > 1 and not queues_ok:
             print("FAIL: the guest used only one virtqueue")
+        elif (a.fixed == "on" and a.aio == "io_uring" and
+              a.page_size in ("2M", "THP") and not ram_huge):
+            print("FAIL: guest RAM is registered, but not all of it on "
+                  "hugepages (x-query-io-uring-buffers)")
         else:
             print("PASS: fio verified every block it wrote")
             ok = True
