@@ -57,6 +57,8 @@
 #include "qemu/osdep.h"
 #include <liburing.h>
 #include <sys/ioctl.h>
+#include <sys/vfs.h>
+#include <linux/magic.h>
 #include <sys/resource.h>
 #include "exec/cpu-common.h"
 #include "qemu/bitmap.h"
@@ -830,6 +832,28 @@ bool uring_fixed_ram_on_hugepages(void *host)
     int fd = rb ? qemu_ram_get_fd(rb) : -1;
 
     return fd >= 0 && qemu_fd_getpagesize(fd) > qemu_real_host_page_size();
+}
+
+/*
+ * Whether the RAM block at @host is all hugepages once registered: on
+ * hugetlbfs, or anonymous or shmem memory (memfd, tmpfs) while the host
+ * makes transparent hugepages, which make_whole() collapses it into
+ * before pinning it.  (A file on another file system has no hugepages.)
+ */
+bool uring_fixed_ram_coalesces(void *host)
+{
+    ram_addr_t offset;
+    RAMBlock *rb = qemu_ram_block_from_host(host, false, &offset);
+    int fd = rb ? qemu_ram_get_fd(rb) : -1;
+    struct statfs fs;
+
+    if (uring_fixed_ram_on_hugepages(host)) {
+        return true;
+    }
+    if (!rb || !thp_size()) {
+        return false;
+    }
+    return fd < 0 || (fstatfs(fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC);
 }
 
 void uring_fixed_register(void *host, size_t size)

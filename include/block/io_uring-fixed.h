@@ -58,6 +58,7 @@ const UringChunk *uring_chunk_prefix(const UringChunkTable *t,
 
 /* Registry, main loop thread with the BQL held */
 bool uring_fixed_ram_on_hugepages(void *host);
+bool uring_fixed_ram_coalesces(void *host);
 void uring_fixed_register(void *host, size_t size);
 void uring_fixed_unregister(void *host, size_t size);
 

@@ -334,21 +334,68 @@ static void test_small_requests(void)
     vblk_stop(d);
 }
 
+/* Whether the host makes transparent hugepages for memory that asks */
+static bool have_thp(void)
+{
+    g_autofree char *enabled = NULL;
+
+    return g_file_get_contents("/sys/kernel/mm/transparent_hugepage/enabled",
+                               &enabled, NULL, NULL) &&
+           !strstr(enabled, "[never]");
+}
+
+/* Whether every chunk of RAM block @block is pinned, and on hugepages */
+static bool chunks_huge(QDict *info, const char *block, int *nr)
+{
+    QListEntry *e;
+    bool all = true;
+
+    *nr = 0;
+    QLIST_FOREACH_ENTRY(qdict_get_qlist(info, "chunks"), e) {
+        QDict *c = qobject_to(QDict, qlist_entry_obj(e));
+
+        if (g_str_equal(qdict_get_str(c, "ram-block"), block)) {
+            all = all && qdict_get_bool(c, "pinned") &&
+                  qdict_get_bool(c, "hugepages");
+            (*nr)++;
+        }
+    }
+    return all;
+}
+
+/* What guest RAM is */
+typedef enum AutoRam {
+    RAM_HUGETLB,        /* a memfd on 2 MiB hugetlbfs pages */
+    RAM_MEMFD,          /* a memfd on 4 KiB pages, collapsible */
+    RAM_ANON,           /* ordinary RAM: anonymous, transparent hugepages */
+    RAM_DISK_FILE,      /* a file on a disk file system: no hugepages */
+} AutoRam;
+
+static const char *const auto_ram[] = {
+    [RAM_HUGETLB] = "memory-backend-memfd,id=ram0,size=256M,hugetlb=on,"
+                    "hugetlbsize=2M",
+    [RAM_MEMFD] = "memory-backend-memfd,id=ram0,size=256M",
+    [RAM_ANON] = "memory-backend-ram,id=ram0,size=256M",
+    [RAM_DISK_FILE] = "memory-backend-file,id=ram0,size=256M,"
+                      "mem-path=/var/tmp",
+};
+
 typedef struct AutoCase {
     const char *qemu_args;      /* added to the command line */
     const char *drive_opts;     /* added to the file node's options */
-    bool hugepages;             /* guest RAM on 2 MiB hugepages, or 4 KiB */
+    AutoRam ram;
     bool fixed;                 /* whether fixed buffers must be used */
 } AutoCase;
 
 /*
  * aio-fixed-buffers=auto, the default: fixed buffers exactly where guest
  * RAM is locked anyway (-overcommit mem-lock=on, as libvirt's <locked/>
- * gives) and on hugepages, with aio=io_uring and cache.direct=on;
- * elsewhere nothing is registered and nothing changes.  With the option
- * off, never.  On 4 KiB pages fixed buffers cost disk requests wherever
- * host memory is not fragmented (docs/benchmarks-kernel.md): auto leaves
- * them off there, locked or not.
+ * gives) and on hugepages once registered (hugetlbfs, or memory that
+ * becomes transparent hugepages: anonymous or memfd), with aio=io_uring
+ * and cache.direct=on; elsewhere nothing is registered and nothing
+ * changes.  With the option off, never.  On 4 KiB pages fixed buffers
+ * cost disk requests wherever host memory is not fragmented
+ * (docs/benchmarks-kernel.md): auto leaves them off there, locked or not.
  */
 static void test_auto(gconstpointer opaque)
 {
@@ -359,8 +406,12 @@ static void test_auto(gconstpointer opaque)
     QDict *info;
     int reads = 0, writes = 0;
 
-    if (c->hugepages && !vblk_have_hugepages(256 * MiB)) {
+    if (c->ram == RAM_HUGETLB && !vblk_have_hugepages(256 * MiB)) {
         g_test_skip("cannot reserve 256 MiB of 2 MiB hugepages");
+        return;
+    }
+    if ((c->ram == RAM_MEMFD || c->ram == RAM_ANON) && !have_thp()) {
+        g_test_skip("transparent hugepages are disabled on this host");
         return;
     }
     image = vblk_make_image(DISK_SIZE);
@@ -368,12 +419,10 @@ static void test_auto(gconstpointer opaque)
                             "aio=io_uring%s", image, c->drive_opts);
     d = vblk_start(256 * MiB, image, 1,
                    "-machine pc,memory-backend=ram0 -m 256M "
-                   "-object memory-backend-memfd,id=ram0,size=256M%s "
-                   "%s -object iothread,id=io0 %s "
+                   "-object %s %s -object iothread,id=io0 %s "
                    "-device virtio-blk-pci,id=vblk0,addr=04.0,drive=disk0,"
                    "iothread=io0",
-                   c->hugepages ? ",hugetlb=on,hugetlbsize=2M" : "",
-                   c->qemu_args, drive);
+                   auto_ram[c->ram], c->qemu_args, drive);
     /*
      * Where guest RAM lies in QEMU's address space decides whether a
      * 1 GiB-aligned cut falls in it; a request across one goes as two
@@ -383,7 +432,12 @@ static void test_auto(gconstpointer opaque)
                &writes, &reads);
     info = vblk_fixed_info(d);
     if (c->fixed) {
+        int nr;
+
         assert_ring(info, "io0", reads, writes);
+        /* what auto took it for: all on hugepages */
+        g_assert_true(chunks_huge(info, "ram0", &nr));
+        g_assert_cmpint(nr, >=, 1);
     } else {
         g_assert_cmpuint(qdict_get_int(info, "registered-bytes"), ==, 0);
         g_assert_null(vblk_fixed_ring(info, "io0"));
@@ -397,20 +451,27 @@ static const struct {
     AutoCase c;
 } auto_cases[] = {
     { "auto/locked", { "-overcommit mem-lock=on", ",cache.direct=on",
-                       true, true } },
+                       RAM_HUGETLB, true } },
+    /* Made transparent hugepages before it is pinned */
+    { "auto/locked-thp", { "-overcommit mem-lock=on", ",cache.direct=on",
+                           RAM_ANON, true } },
+    { "auto/locked-memfd", { "-overcommit mem-lock=on", ",cache.direct=on",
+                             RAM_MEMFD, true } },
     /* 4 KiB pages: the plain path merges contiguous pages, fixed does not */
     { "auto/locked-4k", { "-overcommit mem-lock=on", ",cache.direct=on",
-                          false, false } },
-    { "auto/unlocked", { "", ",cache.direct=on", true, false } },
-    { "auto/locked-cached", { "-overcommit mem-lock=on", "", true, false } },
+                          RAM_DISK_FILE, false } },
+    { "auto/unlocked", { "", ",cache.direct=on", RAM_HUGETLB, false } },
+    { "auto/unlocked-thp", { "", ",cache.direct=on", RAM_ANON, false } },
+    { "auto/locked-cached", { "-overcommit mem-lock=on", "", RAM_HUGETLB,
+                              false } },
     /* Locked only once touched: pinning would make all of it resident */
     { "auto/locked-on-fault", { "-overcommit mem-lock=on-fault",
-                                ",cache.direct=on", true, false } },
+                                ",cache.direct=on", RAM_HUGETLB, false } },
     { "off/locked", { "-overcommit mem-lock=on",
-                      ",cache.direct=on,aio-fixed-buffers=off", true,
+                      ",cache.direct=on,aio-fixed-buffers=off", RAM_HUGETLB,
                       false } },
     { "off/unlocked", { "", ",cache.direct=on,aio-fixed-buffers=off",
-                        true, false } },
+                        RAM_HUGETLB, false } },
 };
 
 /*
@@ -1560,35 +1621,6 @@ static void test_memlock_hotplug(gconstpointer opaque)
     vblk_stop(d);
     g_assert_cmpint(log_count(log, "warning:"), ==, 1);
     unlink(log);
-}
-
-/* Whether the host makes transparent hugepages for memory that asks */
-static bool have_thp(void)
-{
-    g_autofree char *enabled = NULL;
-
-    return g_file_get_contents("/sys/kernel/mm/transparent_hugepage/enabled",
-                               &enabled, NULL, NULL) &&
-           !strstr(enabled, "[never]");
-}
-
-/* Whether every chunk of RAM block @block is pinned, and on hugepages */
-static bool chunks_huge(QDict *info, const char *block, int *nr)
-{
-    QListEntry *e;
-    bool all = true;
-
-    *nr = 0;
-    QLIST_FOREACH_ENTRY(qdict_get_qlist(info, "chunks"), e) {
-        QDict *c = qobject_to(QDict, qlist_entry_obj(e));
-
-        if (g_str_equal(qdict_get_str(c, "ram-block"), block)) {
-            all = all && qdict_get_bool(c, "pinned") &&
-                  qdict_get_bool(c, "hugepages");
-            (*nr)++;
-        }
-    }
-    return all;
 }
 
 /*
