@@ -865,6 +865,7 @@ void uring_fixed_register(void *host, size_t size)
     };
     UringRange *old;
     unsigned i;
+    bool hugetlb;
 
     QEMU_LOCK_GUARD(&reg.lock);
     probe_locked();
@@ -878,9 +879,10 @@ void uring_fixed_register(void *host, size_t size)
     r.chunks = g_new0(UringChunk, r.nr_chunks);
     uring_chunk_split(r.start, r.len, r.chunks, r.nr_chunks);
     /* On hugetlbfs, all hugepages already; else the pin thread sees */
-    r.laid_out = uring_fixed_ram_on_hugepages(host) || !reg.can_clone;
+    hugetlb = uring_fixed_ram_on_hugepages(host);
+    r.laid_out = hugetlb || !reg.can_clone;
     for (i = 0; i < r.nr_chunks; i++) {
-        r.chunks[i].huge = uring_fixed_ram_on_hugepages(host);
+        r.chunks[i].huge = hugetlb;
         add_chunk_locked(&r.chunks[i]);
         /* Without cloning, every ring pins it for itself */
         r.chunks[i].pinned = !reg.can_clone &&
