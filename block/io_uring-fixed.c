@@ -518,6 +518,9 @@ static bool pin_pending_any_locked(void)
     return false;
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23          /* Linux 5.14 */
+#endif
 #ifndef MADV_COLLAPSE
 #define MADV_COLLAPSE 25                /* Linux 6.1 */
 #endif
@@ -596,9 +599,12 @@ static size_t thp_size(void)
 }
 
 /*
- * Make [@start, @start + @len) whole before it is pinned: each @unit
- * piece of it not on a hugepage yet is collapsed into one
- * (MADV_COLLAPSE, Linux 6.1), which pinned pages can no longer be.  A
+ * Make [@start, @start + @len) whole before it is pinned.  First its
+ * pages are faulted in for writing, as pinning would: where the memory
+ * allows, as hugepages, and the kernel collapses only memory that was
+ * faulted in (an anonymous mapping never written has nothing to collapse
+ * yet).  Then each @unit piece not on a hugepage yet is collapsed into
+ * one (MADV_COLLAPSE, Linux 6.1), which pinned pages can no longer be.  A
  * piece fails to collapse where the host has no free hugepage (ENOMEM),
  * the memory is not aligned as a hugepage would be, or something else
  * holds its pages; it stays on small pages.  Returns which pieces are
@@ -614,6 +620,8 @@ static unsigned long *make_whole(uintptr_t start, size_t len, size_t unit)
     unsigned long *huge = bitmap_new((end - base) / unit);
     int pagemap = open("/proc/self/pagemap", O_RDONLY);
 
+    /* Errors are pinning's to report */
+    madvise((void *)start, len, MADV_POPULATE_WRITE);
     if (pagemap < 0 || !scan_hugepages(pagemap, base, end, unit, huge)) {
         if (pagemap >= 0) {
             close(pagemap);
@@ -838,7 +846,9 @@ bool uring_fixed_ram_on_hugepages(void *host)
  * Whether the RAM block at @host is all hugepages once registered: on
  * hugetlbfs, or anonymous or shmem memory (memfd, tmpfs) while the host
  * makes transparent hugepages, which make_whole() collapses it into
- * before pinning it.  (A file on another file system has no hugepages.)
+ * before pinning it.  (A file on another file system has no hugepages;
+ * nor does a file mapped private, whose pages written are anonymous
+ * copies of 4 KiB.)
  */
 bool uring_fixed_ram_coalesces(void *host)
 {
@@ -853,7 +863,11 @@ bool uring_fixed_ram_coalesces(void *host)
     if (!rb || !thp_size()) {
         return false;
     }
-    return fd < 0 || (fstatfs(fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC);
+    if (fd < 0) {
+        return true;
+    }
+    return qemu_ram_is_shared(rb) && fstatfs(fd, &fs) == 0 &&
+           fs.f_type == TMPFS_MAGIC;
 }
 
 void uring_fixed_register(void *host, size_t size)
