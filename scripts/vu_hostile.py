@@ -611,6 +611,35 @@ def stop_in_flight(path):
     return err
 
 
+def close_in_drain(q, path):
+    """The frontend hangs up with a throttled read in flight, and a drain
+    of the export's node begins while the connection's coroutine waits
+    for that read: the drain lets it complete, and the coroutine ends the
+    connection in the middle of the drain, removing its watches.  The
+    daemon must stay up and serve the next frontend.  Before the watch
+    was only forgotten while detached, upstream's detach had set the
+    server's context to NULL, and removing the watch dereferenced it.
+    An error, or None."""
+    f = Frontend(path)
+    try:
+        start_slow_read(f)
+    finally:
+        f.close()
+    time.sleep(0.1)
+    # The same size: a drain of the node, and no change for other cases
+    q.cmd("block_resize", **{"node-name": "disk0", "size": 64 << 20})
+    f = Frontend(path)
+    try:
+        f.setup()
+        if f.rw(False, 0, 4096) != BLK_S_OK:
+            return "the next frontend's read failed"
+    except (OSError, EOFError, AssertionError) as e:
+        return f"the next frontend: {type(e).__name__}: {e}"
+    finally:
+        f.close()
+    return None
+
+
 def messages_under_io(path, n=64, limit=0.1):
     """With @n requests in flight on the slow export (throttled, queues in
     two IOThreads), the messages that change nothing the queues use
@@ -1420,6 +1449,7 @@ def main():
                     help="bench/malloc-count's preload: check the heap")
     ap.add_argument("--case", action="append", choices=sorted(CASES) +
                     ["stop-in-flight", "kick-after-close", "long-chains",
+                     "close-in-drain",
                      "messages-under-io", "export-churn",
                      "stop-in-drain", "iothread-del", "throttle-wakes",
                      "quit-busy", "resize-under-io", "pinning",
@@ -1465,6 +1495,15 @@ def main():
             results.append((err is None, "a frontend with the back-end "
                             "channel hears of a resize there"
                             + (f": {err}" if err else "")))
+        if "close-in-drain" in (a.case or ["close-in-drain"]):
+            err = close_in_drain(q, sock["slow1"])
+            up = qsd.poll() is None
+            results.append((err is None and up, "a frontend hangs up with "
+                            "a read in flight, and a drain begins before it "
+                            "completes: the connection ends in the drain, "
+                            "the next frontend is served"
+                            + (f": {err}" if err else "") +
+                            ("" if up else f" (exit status {qsd.returncode})")))
         if "stop-in-flight" in (a.case or ["stop-in-flight"]):
             err = stop_in_flight(sock["slow"])
             results.append((err is None, "a ring stops once its request in "
