@@ -11,7 +11,7 @@
  * more CPU in io-wq than in the I/O itself.
  *
  * A LuringDepth lets at most the device's nr_requests requests of one
- * BlockDriverState into the kernel (a few less: see
+ * BlockDriverState into the kernel per hardware queue (a few less: see
  * device_depth_headroom()).  The others wait in a CoQueue, in
  * the order they came, where waiting costs one coroutine switch; the
  * guest sees the device's back-pressure as it would from real hardware.
@@ -67,6 +67,19 @@ static unsigned device_depth_headroom(unsigned nr_requests)
     return MIN(MAX(nr_requests / 16, 1), nr_requests - 1);
 }
 
+/* The hardware queues of a blk-mq device: its mq/0, mq/1... */
+static unsigned hardware_queues(const char *mq_dir)
+{
+    g_autoptr(GDir) dir = g_dir_open(mq_dir, 0, NULL);
+    const char *name;
+    unsigned n = 0;
+
+    while (dir && (name = g_dir_read_name(dir))) {
+        n += g_ascii_isdigit(name[0]);
+    }
+    return MAX(n, 1);
+}
+
 unsigned luring_device_depth(int fd)
 {
     g_autofree char *dev_dir = NULL;
@@ -93,7 +106,15 @@ unsigned luring_device_depth(int fd)
         return 0;
     }
     nr_requests = read_sysfs_uint(disk_dir, "queue/nr_requests");
-    return nr_requests ? nr_requests - device_depth_headroom(nr_requests) : 0;
+    if (!nr_requests) {
+        return 0;
+    }
+    /*
+     * nr_requests is per hardware queue, and the submitting thread's CPU
+     * picks one: with several, the node's requests may use all of them
+     */
+    return (nr_requests - device_depth_headroom(nr_requests)) *
+           hardware_queues(mq_dir);
 }
 
 LuringDepth *luring_depth_new(unsigned limit)

@@ -12,9 +12,9 @@ typedef struct LuringDepth LuringDepth;
 /*
  * The requests the block device holding @fd takes at once without
  * waiting for a tag: its nr_requests, less a few tags left for requests
- * that completed and have not given theirs back yet (120 of 128), when
- * it is a blk-mq device (or the file lies on one); 0 when there is no
- * such bound.
+ * that completed and have not given theirs back yet (120 of 128), times
+ * its hardware queues, when it is a blk-mq device (or the file lies on
+ * one); 0 when there is no such bound.
  */
 unsigned luring_device_depth(int fd);
 

@@ -1207,13 +1207,26 @@ static unsigned io_wq_workers(VblkDev *d)
  * A blk-mq device takes as many requests at once as it has tags (a loop
  * device: 128).  io_uring hands every request beyond that to an io-wq
  * thread that sleeps until a tag is free, so aio=io_uring keeps the rest
- * waiting in QEMU instead when asked to (aio-max-in-flight=0: the
- * device's own depth): 4 queues of 256 writes, then reads, all in flight
- * at once on a loop device, start no io-wq worker, and every byte reads
- * back.  Without the option nothing changes from stock QEMU: the same
- * load starts workers (scripts/tests.d/stock-defaults runs this case on
- * stock QEMU too), which is also the control that the test sees them.
+ * waiting in QEMU instead, by default (the device's own depth): 4 queues
+ * of 256 writes, then reads, all in flight at once on a loop device,
+ * start no io-wq worker, and every byte reads back.  With
+ * aio-max-in-flight=0 (no limit) the same load starts workers, as it
+ * does on stock QEMU, which has no such option (scripts/tests.d/
+ * stock-defaults runs the default case on it too): the control that the
+ * test sees them.
  */
+
+/* Whether QEMU knows aio-max-in-flight: stock QEMU does not */
+static bool has_depth_limit(QTestState *qts)
+{
+    QDict *rsp = qtest_qmp(qts, "{'execute': 'query-qmp-schema'}");
+    g_autoptr(GString) json = qobject_to_json(qdict_get(rsp, "return"));
+    bool has = strstr(json->str, "\"aio-max-in-flight\"");
+
+    qobject_unref(rsp);
+    return has;
+}
+
 static void test_device_depth(gconstpointer data)
 {
     const char *limit = data;
@@ -1255,7 +1268,7 @@ static void test_device_depth(gconstpointer data)
     workers = io_wq_workers(d);
     g_test_message("io-wq workers after %d rounds of %d requests: %u",
                    ROUNDS, N, workers);
-    if (*limit) {
+    if (!*limit && has_depth_limit(d->qts)) {
         g_assert_cmpuint(workers, ==, 0);
     } else {
         g_assert_cmpuint(workers, >, 0);
@@ -1276,9 +1289,9 @@ typedef struct BackendDepthCase {
  * of that, at least one (so at most twice as many in the worst case).
  * Beyond that, requests wait in the rings.  4 or 16 queues of 512 writes
  * in all, held back by the throttle group: the device never has more
- * than 64 taken at once, and every write reaches the disk.  Without
- * aio-max-in-flight (no limit, the default) is the control: there the
- * device takes far more.
+ * than 64 taken at once, and every write reaches the disk.
+ * aio-max-in-flight=0 (no limit) is the control: there the device takes
+ * far more.
  *
  * While a queue waits for room, the device wakes it itself, so it keeps
  * the guest from notifying it (VRING_USED_F_NO_NOTIFY stays set): seen
@@ -1292,13 +1305,12 @@ static void test_backend_depth(gconstpointer data)
     const char *max_in_flight = c->max_in_flight;
     const int NVQS = c->nvqs;
     enum { N = 512, BACKEND = 16 };
-    g_autofree char *opts = g_strdup_printf("aio=io_uring,cache.direct=on"
-                                            "%s%s", max_in_flight ?
-                                            ",aio-max-in-flight=" : "",
-                                            max_in_flight ?: "");
+    g_autofree char *opts = g_strdup_printf("aio=io_uring,cache.direct=on,"
+                                            "aio-max-in-flight=%s",
+                                            max_in_flight);
     const Backend b = { "io_uring", opts };
     VblkDev *d = start_throttled(&b, NVQS, 2000, ",queue-size=256");
-    bool limited = max_in_flight;
+    bool limited = strcmp(max_in_flight, "0");
     g_autofree VblkSeg *segs = g_new(VblkSeg, N);
     g_autofree VblkIo *ios = g_new0(VblkIo, N);
     gint64 deadline = g_get_monotonic_time() + VBLK_TIMEOUT_US;
@@ -1353,7 +1365,7 @@ static void test_backend_depth(gconstpointer data)
 }
 
 static const BackendDepthCase backend_depth_cases[] = {
-    { "16", 4 }, { NULL, 4 }, { "16", 16 },
+    { "16", 4 }, { "0", 4 }, { "16", 16 },
 };
 
 static void run_case(gconstpointer opaque)
@@ -1390,13 +1402,14 @@ int main(int argc, char **argv)
                    test_coroutine_pool_failed_plug);
     qtest_add_data_func("/vblk-io/device-depth/default", "",
                         test_device_depth);
-    qtest_add_data_func("/vblk-io/device-depth/device",
+    qtest_add_data_func("/vblk-io/device-depth/off",
                         ",aio-max-in-flight=0", test_device_depth);
     for (i = 0; i < ARRAY_SIZE(backend_depth_cases); i++) {
         const BackendDepthCase *c = &backend_depth_cases[i];
         g_autofree char *path =
             g_strdup_printf("/vblk-io/backend-depth/%s/%d-queues",
-                            c->max_in_flight ? "limited" : "unlimited",
+                            strcmp(c->max_in_flight, "0") ? "limited" :
+                            "unlimited",
                             c->nvqs);
 
         qtest_add_data_func(path, c, test_backend_depth);
