@@ -56,6 +56,7 @@
 
 #include "qemu/osdep.h"
 #include <liburing.h>
+#include "qemu/io_uring-buffers-abi.h"
 #include <sys/ioctl.h>
 #include <sys/vfs.h>
 #include <linux/magic.h>

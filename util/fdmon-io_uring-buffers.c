@@ -24,6 +24,7 @@
 #include "qemu/osdep.h"
 #include <liburing.h>
 #include "block/aio.h"
+#include "qemu/io_uring-buffers-abi.h"
 #include "block/aio-wait.h"
 #include "aio-posix.h"
 #include "trace.h"

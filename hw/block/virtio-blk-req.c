@@ -81,8 +81,7 @@ static void virtio_blk_req_wake(void *opaque)
 void virtio_blk_req_pools_init(VirtIOBlock *s)
 {
     /* x-max-in-flight, or 0: a share of the budget */
-    unsigned int limit = s->conf.max_in_flight ?
-                         MAX(s->conf.max_in_flight, 2) : 0;
+    unsigned int limit = s->conf.max_in_flight;
     unsigned int i;
 
     s->req_pools = g_new0(VirtIOBlockReqPool, s->conf.num_queues);

@@ -39,8 +39,9 @@ struct VirtQueuePool {
     size_t extra_per_sg;
 
     /*
-     * Requests in flight at most (UINT_MAX: no limit, 0: the pool's share
-     * of the process-wide budget), and who to call when there is room
+     * Requests in flight at most (UINT_MAX: no limit; else the pool's
+     * share of the process-wide budget, or this if less), and who to call
+     * when there is room
      * again after virtqueue_pool_may_take() said no (@waiting).
      */
     unsigned int max_in_flight;
@@ -101,9 +102,10 @@ VirtQueuePool *virtqueue_pool_new(size_t elem_size, unsigned int inline_sg,
 }
 
 /*
- * The pools that take their limit from the process-wide budget of
- * requests in flight (qemu_coroutine_budget_share()) join it when they
- * get their limit and leave it when they are freed, under the BQL.
+ * Every pool with a limit is in the process-wide budget of requests in
+ * flight (qemu_coroutine_budget_share()), a limit of its own only lowering
+ * its share: it joins when it gets its limit and leaves when it is freed,
+ * under the BQL.
  */
 void virtqueue_pool_limit_in_flight(VirtQueuePool *pool,
                                     unsigned int max_in_flight,
@@ -111,25 +113,29 @@ void virtqueue_pool_limit_in_flight(VirtQueuePool *pool,
 {
     assert(bql_locked());
     assert(pool->max_in_flight == UINT_MAX);
-    assert(max_in_flight == 0 || max_in_flight >= 2);
     pool->max_in_flight = max_in_flight;
     pool->wake = wake;
     pool->wake_opaque = opaque;
-    if (max_in_flight == 0) {
-        qemu_coroutine_budget_join();
-    }
+    qemu_coroutine_budget_join();
 }
 
 static void budget_leave(VirtQueuePool *pool)
 {
-    if (pool->max_in_flight == 0) {
+    if (pool->max_in_flight != UINT_MAX) {
         qemu_coroutine_budget_leave();
     }
 }
 
+/* Its share of the budget, or less if asked for */
 static unsigned int pool_limit(VirtQueuePool *pool)
 {
-    return pool->max_in_flight ?: qemu_coroutine_budget_share();
+    unsigned int share;
+
+    if (pool->max_in_flight == UINT_MAX) {
+        return UINT_MAX;
+    }
+    share = qemu_coroutine_budget_share();
+    return pool->max_in_flight ? MIN(pool->max_in_flight, share) : share;
 }
 
 /*

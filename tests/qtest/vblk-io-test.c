@@ -929,26 +929,37 @@ static void test_coroutine_pool_failed_plug(void)
 
 /*
  * A queue may only have so many requests in flight (x-max-in-flight here;
- * by default what coroutine stacks allow): with 512 writes made available
+ * by default what coroutine stacks allow): with @n writes made available
  * at once and held back by a throttle group, the device never takes more
- * than 64 from the ring, takes the rest as writes complete, and all of
- * them reach the disk.
+ * than @limit from the ring, takes the rest as writes complete, and all
+ * of them reach the disk.  A limit of 1 is one, not two (it used to be
+ * raised to 2 without a word).
  */
-static void test_in_flight_limit(const Backend *b)
+static void in_flight_limit(const Backend *b, uint32_t limit, uint16_t n)
 {
-    enum { N = 512, LIMIT = 64 };
-    VblkDev *d = start_throttled(b, 1, 1000,
-                                 ",queue-size=1024,x-max-in-flight=64");
-    g_autofree VblkSeg *segs = g_new(VblkSeg, N);
-    g_autofree VblkIo *ios = g_new0(VblkIo, N);
+    g_autofree char *opts = g_strdup_printf(",queue-size=1024,"
+                                            "x-max-in-flight=%u", limit);
+    VblkDev *d = start_throttled(b, 1, 1000, opts);
+    g_autofree VblkSeg *segs = g_new(VblkSeg, n);
+    g_autofree VblkIo *ios = g_new0(VblkIo, n);
     uint32_t most;
 
-    held_writes(d, segs, ios, N, 130);
-    most = wait_all_used(d, N, LIMIT);
-    g_test_message("at most %u of %u requests in flight", most, N);
-    g_assert_cmpuint(most, >, LIMIT / 2);
+    held_writes(d, segs, ios, n, 130);
+    most = wait_all_used(d, n, limit);
+    g_test_message("at most %u of %u requests in flight", most, n);
+    g_assert_cmpuint(most, >, limit / 2);
 
-    reset_and_read_back(d, ios, N);
+    reset_and_read_back(d, ios, n);
+}
+
+static void test_in_flight_limit(const Backend *b)
+{
+    in_flight_limit(b, 64, 512);
+}
+
+static void test_in_flight_limit_one(const Backend *b)
+{
+    in_flight_limit(b, 1, 256);
 }
 
 /* How long QEMU's thread named @comm has run, in ns (its schedstat) */
@@ -1034,9 +1045,13 @@ static void test_in_flight_idle(void)
  * The budget of requests in flight is one for the whole process: with
  * @ndevs devices of 64 queues each, a queue of ours keeps at most its
  * equal share of half the coroutine stacks the host allows, however many
- * other devices there are (each device used to take half for itself).
+ * other devices there are (each device used to take half for itself),
+ * and whatever limit of their own the others have (@others_opts: one
+ * that lowers their share still counts them; before, they were left out
+ * of the budget, and ours took eight times its share).
  */
-static void in_flight_budget(const Backend *b, int ndevs)
+static void in_flight_budget(const Backend *b, int ndevs,
+                             const char *others_opts)
 {
     enum { N = 512, Q = 64 };
     g_autofree char *max_map_count = NULL;
@@ -1060,8 +1075,8 @@ static void in_flight_budget(const Backend *b, int ndevs)
     for (i = 1; i < ndevs; i++) {
         g_string_append_printf(others, " -blockdev null-co,node-name=null%d"
                                " -device virtio-blk-pci,addr=%02x.0,"
-                               "drive=null%d,num-queues=%d,iothread=io0",
-                               i, 4 + i, i, Q);
+                               "drive=null%d,num-queues=%d,iothread=io0%s",
+                               i, 4 + i, i, Q, others_opts);
     }
     dev_opts = g_strdup_printf(",queue-size=1024%s", others->str);
     d = start_throttled(b, Q, 500, dev_opts);
@@ -1075,12 +1090,17 @@ static void in_flight_budget(const Backend *b, int ndevs)
 
 static void test_in_flight_budget_2(const Backend *b)
 {
-    in_flight_budget(b, 2);
+    in_flight_budget(b, 2, "");
+}
+
+static void test_in_flight_budget_limited(const Backend *b)
+{
+    in_flight_budget(b, 8, ",x-max-in-flight=8");
 }
 
 static void test_in_flight_budget_8(const Backend *b)
 {
-    in_flight_budget(b, 8);
+    in_flight_budget(b, 8, "");
 }
 
 /* Reset while requests are in flight (vblk_reset() follows anyway) */
@@ -1175,8 +1195,10 @@ static const struct {
     { "in-flight/reset", test_in_flight_reset },
     { "in-flight/stop", test_in_flight_stop },
     { "in-flight/limit", test_in_flight_limit },
+    { "in-flight/limit-1", test_in_flight_limit_one },
     { "in-flight/budget-2-devices", test_in_flight_budget_2 },
     { "in-flight/budget-8-devices", test_in_flight_budget_8 },
+    { "in-flight/budget-8-devices-limited", test_in_flight_budget_limited },
     { "errors", test_errors },
 };
 

@@ -8,6 +8,7 @@
 #include "qemu/osdep.h"
 #include <liburing.h>
 #include "block/aio.h"
+#include "qemu/io_uring-buffers-abi.h"
 #include "qapi/error.h"
 #include "qemu/cutils.h"
 #include "qemu/main-loop.h"
@@ -178,6 +179,70 @@ static void test_foreign_thread(void)
     g_test_trap_assert_stderr("*in_aio_context_home_thread*");
 }
 
+/*
+ * The sparse table by the kernel ABI written by hand, which builds with
+ * liburing before 2.2 use: a table of 4 empty slots, slot 2 filled, a
+ * READ_FIXED from it lands there; slot 3, empty, fails the read.  And
+ * the same with liburing's functions (with liburing before 2.2, these
+ * are the ones by hand again).
+ */
+static void abi_sparse_read(bool by_hand)
+{
+    struct io_uring ring;
+    g_autofree char *path = NULL;
+    g_autofree uint8_t *buf = g_malloc0(4096);
+    g_autofree uint8_t *pattern = g_malloc(4096);
+    struct iovec iov = { buf, 4096 };
+    struct io_uring_sqe *sqe;
+    struct io_uring_cqe *cqe;
+    int fd, ret, slot, seen;
+
+    if (io_uring_queue_init(4, &ring, 0) < 0) {
+        g_test_skip("no io_uring");
+        return;
+    }
+    memset(pattern, 0x5a, 4096);
+    fd = g_file_open_tmp("vblk-aio-buffers-XXXXXX", &path, NULL);
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpint(pwrite(fd, pattern, 4096, 0), ==, 4096);
+
+    ret = by_hand ? uring_abi_register_buffers_sparse(&ring, 4) :
+                    io_uring_register_buffers_sparse(&ring, 4);
+    g_assert_cmpint(ret, ==, 0);
+    ret = by_hand ? uring_abi_register_buffers_update_tag(&ring, 2, &iov,
+                                                          NULL, 1) :
+                    io_uring_register_buffers_update_tag(&ring, 2, &iov,
+                                                         NULL, 1);
+    g_assert_cmpint(ret, ==, 1);
+
+    for (slot = 2; slot < 4; slot++) {
+        sqe = io_uring_get_sqe(&ring);
+        io_uring_prep_read_fixed(sqe, fd, buf, 4096, 0, slot);
+        sqe->user_data = slot;
+    }
+    g_assert_cmpint(io_uring_submit_and_wait(&ring, 2), ==, 2);
+    for (seen = 0; seen < 2; seen++) {
+        g_assert_cmpint(io_uring_peek_cqe(&ring, &cqe), ==, 0);
+        /* Slot 2 holds the buffer, slot 3 nothing */
+        g_assert_cmpint(cqe->res, ==, cqe->user_data == 2 ? 4096 : -EFAULT);
+        io_uring_cqe_seen(&ring, cqe);
+    }
+    g_assert(memcmp(buf, pattern, 4096) == 0);
+    io_uring_queue_exit(&ring);
+    close(fd);
+    unlink(path);
+}
+
+static void test_abi_by_hand(void)
+{
+    abi_sparse_read(true);
+}
+
+static void test_abi_liburing(void)
+{
+    abi_sparse_read(false);
+}
+
 int main(int argc, char **argv)
 {
     qemu_init_main_loop(&error_fatal);
@@ -188,5 +253,7 @@ int main(int argc, char **argv)
     g_test_add_func("/vblk-aio-buffers/release-with-ring",
                     test_release_with_ring);
     g_test_add_func("/vblk-aio-buffers/foreign-thread", test_foreign_thread);
+    g_test_add_func("/vblk-aio-buffers/abi/by-hand", test_abi_by_hand);
+    g_test_add_func("/vblk-aio-buffers/abi/liburing", test_abi_liburing);
     return g_test_run();
 }

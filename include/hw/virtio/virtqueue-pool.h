@@ -33,10 +33,9 @@ VirtQueuePool *virtqueue_pool_new(size_t elem_size, unsigned int inline_sg,
 #define VIRTQUEUE_POOL_MIN_IN_FLIGHT QEMU_COROUTINE_MIN_SHARE
 
 /*
- * Let at most @max_in_flight requests be out at once, or with 0, the
- * pool's share of a budget for the whole process: the pools that use it
- * share what coroutine stacks the host allows in equal parts (see
- * virtqueue-pool.c).  Past its limit virtqueue_pool_may_take() says no,
+ * Let at most the pool's share of a budget for the whole process be out
+ * at once, or @max_in_flight if not 0 and less: the pools share what
+ * coroutine stacks the host allows in equal parts (see virtqueue-pool.c).  Past its limit virtqueue_pool_may_take() says no,
  * and once half of the limit is free again the thread that gives back a
  * request calls @wake(@opaque) (any thread; it must not allocate or
  * block).  Once per pool, under the BQL.
