@@ -593,7 +593,8 @@ static size_t thp_size(void)
         strstr(enabled, "[never]") ||
         !g_file_get_contents("/sys/kernel/mm/transparent_hugepage/"
                              "hpage_pmd_size", &size, NULL, NULL) ||
-        qemu_strtou64(g_strstrip(size), NULL, 10, &n) < 0 || !is_power_of_2(n)) {
+        qemu_strtou64(g_strstrip(size), NULL, 10, &n) < 0 ||
+        !is_power_of_2(n)) {
         return 0;
     }
     return n;

@@ -35,10 +35,11 @@ VirtQueuePool *virtqueue_pool_new(size_t elem_size, unsigned int inline_sg,
 /*
  * Let at most the pool's share of a budget for the whole process be out
  * at once, or @max_in_flight if not 0 and less: the pools share what
- * coroutine stacks the host allows in equal parts (see virtqueue-pool.c).  Past its limit virtqueue_pool_may_take() says no,
- * and once half of the limit is free again the thread that gives back a
- * request calls @wake(@opaque) (any thread; it must not allocate or
- * block).  Once per pool, under the BQL.
+ * coroutine stacks the host allows in equal parts (see virtqueue-pool.c).
+ * Past its limit virtqueue_pool_may_take() says no, and once half of the
+ * limit is free again the thread that gives back a request calls
+ * @wake(@opaque) (any thread; it must not allocate or block).  Once per
+ * pool, under the BQL.
  */
 void virtqueue_pool_limit_in_flight(VirtQueuePool *pool,
                                     unsigned int max_in_flight,
