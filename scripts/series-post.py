@@ -77,7 +77,10 @@ def overlay_files():
     out = subprocess.run(["git", "-C", ROOT, "ls-files", "-co", "--exclude-standard", "--"]
                          + OVERLAY_DIRS, check=True, capture_output=True,
                          text=True).stdout.splitlines()
-    return sorted(f for f in out if not f.startswith("docs/bench"))
+    # The project's own reports and markdown (workflow) are not QEMU's
+    return sorted(f for f in out
+                  if not f.startswith("docs/bench") and
+                  not (f.startswith("docs/") and f.endswith(".md")))
 
 
 def includes(path):
