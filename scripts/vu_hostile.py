@@ -623,11 +623,16 @@ def close_in_drain(q, path):
     f = Frontend(path)
     try:
         start_slow_read(f)
+    except (OSError, EOFError, AssertionError) as e:
+        return f"the first frontend: {type(e).__name__}: {e}"
     finally:
         f.close()
     time.sleep(0.1)
     # The same size: a drain of the node, and no change for other cases
-    q.cmd("block_resize", **{"node-name": "disk0", "size": 64 << 20})
+    try:
+        q.cmd("block_resize", **{"node-name": "disk0", "size": 64 << 20})
+    except (OSError, EOFError, RuntimeError) as e:
+        return f"block_resize: {type(e).__name__}: {e}"
     f = Frontend(path)
     try:
         f.setup()

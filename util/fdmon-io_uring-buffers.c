@@ -29,20 +29,6 @@
 #include "aio-posix.h"
 #include "trace.h"
 
-#ifndef HAVE_IO_URING_CLONE_BUFFERS
-/* IORING_REGISTER_CLONE_BUFFERS (Linux 6.12), for liburing before 2.9 */
-#define URING_REGISTER_CLONE_BUFFERS    30
-#define URING_CLONE_DST_REPLACE         (1U << 1)
-
-struct uring_clone_buffers {
-    uint32_t src_fd;
-    uint32_t flags;
-    uint32_t src_off;
-    uint32_t dst_off;
-    uint32_t nr;
-    uint32_t pad[3];
-};
-#endif
 
 static struct io_uring *buffers_ring(AioContext *ctx)
 {
@@ -134,13 +120,7 @@ int fdmon_io_uring_clone_buffers(struct io_uring *dst, struct io_uring *src)
 #ifdef HAVE_IO_URING_CLONE_BUFFERS
     ret = __io_uring_clone_buffers(dst, src, IORING_REGISTER_DST_REPLACE);
 #else
-    struct uring_clone_buffers arg = {
-        .src_fd = src->ring_fd,
-        .flags = URING_CLONE_DST_REPLACE,
-    };
-
-    ret = io_uring_register(dst->ring_fd, URING_REGISTER_CLONE_BUFFERS,
-                            &arg, 1);
+    ret = uring_abi_clone_buffers(dst, src);
 #endif
     return ret < 0 ? ret : 0;
 }

@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Sparse buffer tables for liburing before 2.2
+ * Buffer tables for older liburing
  *
  * io_uring_register_buffers_sparse() and io_uring_register_buffers_update_tag()
- * came with liburing 2.2; QEMU builds with liburing 0.3 and later (Ubuntu
- * 22.04 has 2.1).  The kernel ABI under them, IORING_REGISTER_BUFFERS2 and
- * IORING_REGISTER_BUFFERS_UPDATE (Linux 5.13; a sparse table 5.19), is
- * written here by hand, and used where liburing lacks the functions.
+ * came with liburing 2.2, __io_uring_clone_buffers() with 2.9; QEMU builds
+ * with liburing 0.3 and later (Ubuntu 22.04 has 2.1, Debian 12 2.3).  The
+ * kernel ABI under them, IORING_REGISTER_BUFFERS2 and
+ * IORING_REGISTER_BUFFERS_UPDATE (Linux 5.13; a sparse table 5.19) and
+ * IORING_REGISTER_CLONE_BUFFERS (6.12), is written here by hand, with the
+ * raw system call, and used where liburing lacks the functions.
  */
 
 #ifndef QEMU_IO_URING_BUFFERS_ABI_H
@@ -18,6 +20,8 @@
 #define URING_REGISTER_BUFFERS2         15
 #define URING_REGISTER_BUFFERS_UPDATE   16
 #define URING_RSRC_REGISTER_SPARSE      (1U << 0)
+#define URING_REGISTER_CLONE_BUFFERS    30
+#define URING_CLONE_DST_REPLACE         (1U << 1)
 
 struct uring_rsrc_register {
     uint32_t nr;
@@ -34,6 +38,15 @@ struct uring_rsrc_update2 {
     uint64_t tags;
     uint32_t nr;
     uint32_t resv2;
+};
+
+struct uring_clone_buffers {
+    uint32_t src_fd;
+    uint32_t flags;
+    uint32_t src_off;
+    uint32_t dst_off;
+    uint32_t nr;
+    uint32_t pad[3];
 };
 
 static inline int uring_abi_register(struct io_uring *ring, unsigned opcode,
@@ -74,6 +87,18 @@ static inline int uring_abi_register_buffers_update_tag(struct io_uring *ring,
 
     return uring_abi_register(ring, URING_REGISTER_BUFFERS_UPDATE, &up,
                               sizeof(up));
+}
+
+/* @dst's table becomes a clone of @src's whole table; 0 or -errno */
+static inline int uring_abi_clone_buffers(struct io_uring *dst,
+                                          struct io_uring *src)
+{
+    struct uring_clone_buffers arg = {
+        .src_fd = src->ring_fd,
+        .flags = URING_CLONE_DST_REPLACE,
+    };
+
+    return uring_abi_register(dst, URING_REGISTER_CLONE_BUFFERS, &arg, 1);
 }
 
 #ifndef HAVE_IO_URING_REGISTER_BUFFERS_SPARSE
