@@ -1392,6 +1392,102 @@ def throttle_wakes(a, disk, n=2000):
             qsd.wait()
 
 
+Q1_TABLE = 0x260000
+
+
+def queue_share(a, disk, n=64, limit=2.0):
+    """Queue 0 fills the export's bound of long chains in flight (reads
+    behind a throttle of one a second); then queue 1 submits @n chains as long (GET_ID:
+    no I/O).  Each queue may always have its equal part of the bound out,
+    so queue 1's must complete within @limit seconds while queue 0 is
+    still held (with one bound for the whole export, queue 1 waited until
+    queue 0 had given back half of it: some 2000 reads at 500 a second).
+    An error, or None."""
+    workdir = os.path.join(a.workdir, "queue-share")
+    os.makedirs(workdir, exist_ok=True)
+    qsd, path, _ = own_daemon(a, workdir, [
+        "--object", "iothread,id=io0", "--object", "iothread,id=io1",
+        "--object", "throttle-group,id=tg,limits.bps-total=64",
+        "--blockdev", f"file,node-name=disk0,filename={disk}",
+        "--blockdev", "throttle,node-name=t0,throttle-group=tg,file=disk0",
+        "--export", "vhost-user-blk,id=x,node-name=t0,writable=on,"
+                    f"addr.type=unix,addr.path={workdir}/vu.sock,"
+                    "num-queues=2,iothread.0=io1,iothread.1=io0"])
+    if qsd is None:
+        return "the daemon did not listen"
+    f = None
+    try:
+        f = Frontend(path, num=LONG_N)
+        f.setup(ring=(LONG_DESC, LONG_AVAIL, LONG_USED))
+        call1 = f.vring_fd(SET_VRING_CALL, 1)
+        f.vring_num(1, n)
+        f.vring_base(1, 0)
+        f.vring_addr(1, Q1_DESC, Q1_AVAIL, Q1_USED)
+        kick1 = f.vring_fd(SET_VRING_KICK, 1)
+        if not f.alive():
+            return "the daemon dropped the frontend"
+        struct.pack_into("<IIQ", f.mem, Q1_HDR, BLK_T_IN, 0, 0)
+        f.put_desc(0, Q1_HDR, 16, DESC_F_NEXT, 1, table=Q1_DESC)
+        f.put_desc(1, Q1_DATA, 4096, DESC_F_NEXT | DESC_F_WRITE, 2,
+                   table=Q1_DESC)
+        f.put_desc(2, Q1_STATUS, 1, DESC_F_WRITE, table=Q1_DESC)
+        struct.pack_into("<HH", f.mem, Q1_AVAIL + 2, 1, 0)
+        os.eventfd_write(kick1, 1)
+        deadline = time.monotonic() + 5
+        while struct.unpack_from("<H", f.mem, Q1_USED + 2)[0] != 1:
+            if time.monotonic() > deadline:
+                return "queue 1's first read did not complete"
+            time.sleep(0.01)
+        submit_long_chains(f, setup=False)
+        time.sleep(1)
+        struct.pack_into("<IIQ", f.mem, Q1_HDR, BLK_T_GET_ID, 0, 0)
+        f.put_desc(0, Q1_HDR, 16, DESC_F_NEXT, 1, table=Q1_TABLE)
+        for i in range(LONG_PIECES):
+            f.put_desc(1 + i, Q1_DATA + i, 1, DESC_F_WRITE | DESC_F_NEXT,
+                       2 + i, table=Q1_TABLE)
+        f.put_desc(LONG_PIECES + 1, Q1_STATUS, 1, DESC_F_WRITE,
+                   table=Q1_TABLE)
+        f.mem[Q1_STATUS] = 0xff
+        for i in range(n):
+            f.put_desc(i, Q1_TABLE, 16 * (LONG_PIECES + 2), DESC_F_INDIRECT,
+                       table=Q1_DESC)
+            struct.pack_into("<H", f.mem, Q1_AVAIL + 4 + 2 * ((1 + i) % n),
+                             i)
+        held = struct.unpack_from("<H", f.mem, LONG_USED + 2)[0]
+        t0 = time.monotonic()
+        struct.pack_into("<H", f.mem, Q1_AVAIL + 2, 1 + n)
+        os.eventfd_write(kick1, 1)
+        done = 0
+        while time.monotonic() - t0 < limit:
+            done = struct.unpack_from("<H", f.mem, Q1_USED + 2)[0] - 1
+            if done == n:
+                break
+            time.sleep(0.01)
+        took = time.monotonic() - t0
+        used = struct.unpack_from("<H", f.mem, LONG_USED + 2)[0]
+        print(f"queue share: queue 1's {done} of {n} long chains in "
+              f"{took:.2f} s, queue 0 at {held} then {used} of {LONG_N}",
+              flush=True)
+        if used >= LONG_N - 100:
+            return f"queue 0 was not held at the bound ({used} done)"
+        if done != n:
+            return (f"{done} of queue 1's {n} long chains completed in "
+                    f"{limit} s")
+        if f.mem[Q1_STATUS] != BLK_S_OK:
+            return f"queue 1's status {f.mem[Q1_STATUS]}"
+        os.close(call1)
+        os.close(kick1)
+        return None
+    except (OSError, EOFError, AssertionError) as e:
+        return f"{type(e).__name__}: {e}"
+    finally:
+        if f:
+            f.close()
+        if qsd.poll() is None:
+            qsd.kill()
+            qsd.wait()
+
+
 def quit_busy(a, disk, rounds=5):
     """QMP quit while a frontend is connected to each export, one has a
     request in flight, two closed their sockets a moment ago: the daemon
@@ -1457,6 +1553,7 @@ def main():
                      "close-in-drain",
                      "messages-under-io", "export-churn",
                      "stop-in-drain", "iothread-del", "throttle-wakes",
+                     "queue-share",
                      "quit-busy", "resize-under-io", "pinning",
                      "config-change", "unplug-in-flight",
                      "restart-in-flight"],
@@ -1614,6 +1711,11 @@ def main():
                             "chains: another queue's completions do not "
                             "serve the queues again each"
                             + (f": {err}" if err else "")))
+        if not a.case or "queue-share" in a.case:
+            err = queue_share(a, disk)
+            results.append((err is None, "a queue held at the bound of long "
+                            "chains: another queue's long chains are served "
+                            "within its share" + (f": {err}" if err else "")))
         if not a.case or "quit-busy" in a.case:
             err = quit_busy(a, disk)
             results.append((err is None, "the daemon quits with frontends "
