@@ -4,7 +4,8 @@
  *
  * The registry is changed by the main loop thread.  When the kernel can
  * clone buffer tables (Linux >= 6.12), guest RAM is pinned once, into a
- * private "pin ring", and every AioContext's ring clones that table; else
+ * table of the registry's own (the "pin table", an AioBufferTable), and
+ * every AioContext's ring clones it; else
  * every ring registers the chunks itself.  Each ring follows the registry
  * in its own thread: a generation number, checked before each lookup,
  * tells it to re-sync.  Removing RAM syncs every ring before it returns.
@@ -28,19 +29,19 @@
  *  - whichever thread destroys an AioContext releases its UringFixedRing
  *    (ring_release()), when no thread runs that AioContext any more.
  *
- * reg.lock protects the registry (ranges, slots, table, the pin ring and
- * its kernel table, the list of rings) and each ring's fields as the
+ * reg.lock protects the registry (ranges, slots, table, the pin table,
+ * the list of rings) and each ring's fields as the
  * monitor reads them: a ring's thread reads its own fields without the
  * lock (it is their only writer) but writes them under it.  The lock is
  * never held while a ring pins memory of its own (that faults guest RAM
  * in: a tenth of a second per GiB of hugepages, more than a second per
  * GiB of small pages never touched before), nor while the pin thread
  * pins all of guest RAM at once (the machine's start): it does that in a
- * new ring of its own, with reg.pin_busy set, and puts it in the place of
- * the pin ring when done.  Rings keep cloning the old pin ring meanwhile,
- * and memory leaves the registry only once the pin thread is done.  What
- * comes later (a DIMM) is pinned slot by slot into the pin ring under the
- * lock, in the pin thread too.
+ * new table, with reg.pin_busy set, and puts it in the place of the pin
+ * table when done.  Rings keep cloning the old pin table meanwhile, and
+ * memory leaves the registry only once the pin thread is done.  What
+ * comes later (a DIMM) is pinned slot by slot into the pin table under
+ * the lock, in the pin thread too.
  *
  * Lookups take no lock and no reference: a ring looks in its own table,
  * an immutable snapshot (UringChunkTable) that it holds until its next
@@ -107,7 +108,7 @@ struct UringFixedRing {
     /*
      * What this ring's kernel table holds; NULL until the first sync.
      * With cloning, a ring that is not disabled and has a table holds a
-     * clone of the pin ring's.
+     * clone of the pin table.
      */
     UringChunkTable *table;
     uint64_t generation;        /* of @table; atomic, for the monitor */
@@ -133,8 +134,7 @@ static struct {
     bool probed;
     bool can_clone;
     bool can_vectored;
-    struct io_uring pin_ring;   /* valid when can_clone */
-    bool pin_table;             /* the pin ring has a buffer table */
+    AioBufferTable *pin_table;  /* with can_clone, once RAM came */
     bool pin_scheduled;         /* pin_pending_bh() will run */
     bool pin_started;           /* the pin thread exists */
     bool pin_wanted;            /* work for the pin thread */
@@ -172,35 +172,17 @@ static bool probe_vectored_fixed(void)
     return ok;
 }
 
-/* Can a ring clone another's table?  Try it on a pair of scratch rings. */
+/*
+ * Where rings can clone a table, guest RAM is pinned once, in a table of
+ * the registry's own (reg.pin_table, registered when RAM comes:
+ * pin_pending_locked()), for all rings to clone.
+ */
 static bool probe_clone(void)
 {
-    struct io_uring src, dst;
-    int ret = -1;
-
     if (getenv("QEMU_IO_URING_FIXED_NO_CLONE")) {
         return false;   /* to exercise the per-ring path */
     }
-    if (io_uring_queue_init(1, &src, 0) < 0) {
-        return false;
-    }
-    if (io_uring_queue_init(1, &dst, 0) == 0) {
-        if (io_uring_register_buffers_sparse(&src, 1) == 0) {
-            ret = fdmon_io_uring_clone_buffers(&dst, &src);
-        }
-        io_uring_queue_exit(&dst);
-    }
-    io_uring_queue_exit(&src);
-    return ret >= 0;
-}
-
-/*
- * The ring that pins guest RAM once for all rings to clone, if possible.
- * Its table is registered when RAM comes (pin_pending_locked()).
- */
-static bool setup_pin_ring(void)
-{
-    return probe_clone() && io_uring_queue_init(1, &reg.pin_ring, 0) == 0;
+    return aio_buffer_table_can_clone();
 }
 
 static void probe_locked(void)
@@ -211,7 +193,7 @@ static void probe_locked(void)
     reg.probed = true;
     qatomic_set(&reg.can_vectored, probe_vectored_fixed());
 
-    reg.can_clone = setup_pin_ring();
+    reg.can_clone = probe_clone();
     trace_uring_fixed_probe(reg.can_vectored, reg.can_clone);
 }
 
@@ -256,12 +238,12 @@ static void report_refusal(int err, const UringChunk *c)
 }
 
 /*
- * Two kinds of ring hold tables: the registry's own pin ring, which only
- * the holder of reg.lock touches (the pin thread's new ring is its own
- * until it takes the pin ring's place), and each AioContext's, which only its
- * thread changes, through the event loop's API (aio_buffers_register()
- * and the like).  The helpers below take the AioContext, or NULL for the
- * pin ring.
+ * Two kinds of table: the registry's own pin table, which only the holder
+ * of reg.lock touches (the pin thread's new table is its own until it
+ * takes the pin table's place), and each AioContext's, which only its
+ * thread changes.  Both through the event loop's API (aio_buffers_*() and
+ * aio_buffer_table_*()).  The helpers below take the AioContext, or NULL
+ * for the pin table.
  */
 
 /* Put @c (NULL: nothing) into @slot of the table */
@@ -276,8 +258,7 @@ static int update_slot(AioContext *ctx, const UringChunk *c, unsigned slot)
     if (ctx) {
         ret = aio_buffers_update(ctx, slot, &iov, 1);
     } else {
-        ret = io_uring_register_buffers_update_tag(&reg.pin_ring, slot, &iov,
-                                                   NULL, 1);
+        ret = aio_buffer_table_update(reg.pin_table, slot, &iov, 1);
     }
     trace_uring_fixed_update_slot(ctx, slot, iov.iov_base, iov.iov_len, ret);
     return ret < 0 ? ret : 0;
@@ -402,7 +383,7 @@ static struct iovec *slot_iovecs(const UringChunkTable *t)
  * costs more as guest RAM grows: 11 ms per GiB for 4 GiB of prefaulted
  * 2 MiB pages, 31 ms for 16 GiB, against 1.7-2.3 ms in one call.
  */
-static int register_whole_table(AioContext *ctx, struct io_uring *pin,
+static int register_whole_table(AioContext *ctx, AioBufferTable **pin,
                                 struct iovec *iov)
 {
     int ret;
@@ -410,14 +391,14 @@ static int register_whole_table(AioContext *ctx, struct io_uring *pin,
     if (ctx) {
         ret = aio_buffers_register(ctx, iov, URING_SLOTS_MAX);
     } else {
-        ret = io_uring_register_buffers(pin, iov, URING_SLOTS_MAX);
+        ret = aio_buffer_table_new(pin, iov, URING_SLOTS_MAX);
     }
     trace_uring_fixed_register_table(ctx, URING_SLOTS_MAX, ret);
     return ret < 0 ? ret : 0;
 }
 
-/* Whether any chunk of the registry is pinned in the pin ring */
-static bool pin_ring_holds_any_locked(void)
+/* Whether any chunk of the registry is pinned in the pin table */
+static bool pin_table_holds_any_locked(void)
 {
     unsigned i, j;
 
@@ -434,40 +415,35 @@ static bool pin_ring_holds_any_locked(void)
 }
 
 /*
- * The pin ring holds nothing: register a table with every chunk of the
- * registry, whole, in a new ring, and put that in the pin ring's place.
- * The registration faults in and pins all of guest RAM, so it runs
- * without the lock, with reg.pin_busy set: rings meanwhile clone the old
- * pin ring (what they cloned stays valid until they clone again), no
+ * The pin table holds nothing: register a new table with every chunk of
+ * the registry, whole, and put it in the pin table's place.  The
+ * registration faults in and pins all of guest RAM, so it runs without
+ * the lock, with reg.pin_busy set: rings meanwhile clone the old pin
+ * table (what they cloned stays valid until they clone again), no
  * memory leaves the registry (uring_fixed_unregister() waits), and what
  * is registered meanwhile waits for the next pass.  Returns how many of
  * reg.ranges, from the first, are pinned: 0 on failure, which leaves the
- * pin ring as it was.
+ * pin table as it was.
  */
 static unsigned pin_table_whole_locked(void)
 {
     g_autofree struct iovec *iov = slot_iovecs(NULL);
     unsigned n = reg.ranges->len, i, j;
-    struct io_uring ring;
+    AioBufferTable *table;
     int ret;
 
-    if (io_uring_queue_init(1, &ring, 0) < 0) {
-        return 0;
-    }
     reg.pin_busy = true;
     qemu_mutex_unlock(&reg.lock);
-    ret = register_whole_table(NULL, &ring, iov);
+    ret = register_whole_table(NULL, &table, iov);
     qemu_mutex_lock(&reg.lock);
     reg.pin_busy = false;
     qemu_cond_broadcast(&reg.pin_cond);
     if (ret < 0) {
-        io_uring_queue_exit(&ring);
         return 0;
     }
 
-    io_uring_queue_exit(&reg.pin_ring);
-    reg.pin_ring = ring;
-    reg.pin_table = true;
+    aio_buffer_table_free(reg.pin_table);
+    reg.pin_table = table;
     for (i = 0; i < n; i++) {
         UringRange *r = &g_array_index(reg.ranges, UringRange, i);
 
@@ -479,19 +455,18 @@ static unsigned pin_table_whole_locked(void)
     return n;
 }
 
-/* Pin the chunks of @r into the pin ring's table, slot by slot */
+/* Pin the chunks of @r into the pin table, slot by slot */
 static void pin_range_slots_locked(UringRange *r)
 {
     unsigned i;
     int ret;
 
     if (!reg.pin_table) {
-        ret = io_uring_register_buffers_sparse(&reg.pin_ring, URING_SLOTS_MAX);
+        ret = aio_buffer_table_new(&reg.pin_table, NULL, URING_SLOTS_MAX);
         if (ret < 0) {
             report_refusal(ret, &r->chunks[0]);
             return;
         }
-        reg.pin_table = true;
     }
     for (i = 0; i < r->nr_chunks; i++) {
         UringChunk *c = &r->chunks[i];
@@ -743,8 +718,8 @@ static void make_pending_whole_locked(void)
 }
 
 /*
- * Pin every range added since the last call into the pin ring, and tell
- * the rings.  When the pin ring holds nothing (the machine's start, or
+ * Pin every range added since the last call into the pin table, and tell
+ * the rings.  When the pin table holds nothing (the machine's start, or
  * RAM registered again after postcopy), all of them go in one call that
  * registers the table whole; else, or when that call is refused
  * (RLIMIT_MEMLOCK?), slot by slot, so only the chunks refused stay out.
@@ -758,7 +733,7 @@ static void pin_pending_locked(void)
         return;     /* unregistered before their turn came */
     }
     make_pending_whole_locked();
-    if (!pin_ring_holds_any_locked()) {
+    if (!pin_table_holds_any_locked()) {
         i = pin_table_whole_locked();
     }
     for (; i < reg.ranges->len; i++) {
@@ -845,12 +820,16 @@ bool uring_fixed_ram_on_hugepages(void *host)
 }
 
 /*
- * Whether the RAM block at @host is all hugepages once registered: on
+ * Whether the kernel will describe the RAM block at @host with one bvec
+ * per hugepage once registered.  It must coalesce a buffer's hugepages
+ * (Linux 6.10; before, each 4 KiB page of a buffer larger than one
+ * hugepage is a bvec of its own) and the RAM must be all hugepages: on
  * hugetlbfs, or anonymous or shmem memory (memfd, tmpfs) while the host
  * makes transparent hugepages, which make_whole() collapses it into
- * before pinning it.  (A file on another file system has no hugepages;
- * nor does a file mapped private, whose pages written are anonymous
- * copies of 4 KiB.)
+ * before pinning it.  Only the pin thread collapses, where rings clone
+ * its table (Linux 6.12): that is the kernel taken here.  (A file on
+ * another file system has no hugepages; nor does a file mapped private,
+ * whose pages written are anonymous copies of 4 KiB.)
  */
 bool uring_fixed_ram_coalesces(void *host)
 {
@@ -859,6 +838,12 @@ bool uring_fixed_ram_coalesces(void *host)
     int fd = rb ? qemu_ram_get_fd(rb) : -1;
     struct statfs fs;
 
+    WITH_QEMU_LOCK_GUARD(&reg.lock) {
+        probe_locked();
+    }
+    if (!reg.can_clone) {
+        return false;
+    }
     if (uring_fixed_ram_on_hugepages(host)) {
         return true;
     }
@@ -1058,7 +1043,7 @@ static struct UringFixedRing *ring_get(AioContext *ctx)
 }
 
 /*
- * Whether @ring's table is a clone of the pin ring's; under reg.lock, or
+ * Whether @ring's table is a clone of the pin table; under reg.lock, or
  * in @ring's thread
  */
 static bool ring_cloned(struct UringFixedRing *ring)
@@ -1163,7 +1148,7 @@ static int ring_update_own(struct UringFixedRing *ring,
 }
 
 /*
- * With cloning: take the pin ring's table, under the registry lock, which
+ * With cloning: clone the pin table, under the registry lock, which
  * keeps it in step with the snapshot.  Cloning shares pages that are
  * pinned already, so it is quick.  When it fails, the ring goes without
  * fixed buffers, and drops the table it cloned before: that one may hold
@@ -1172,7 +1157,7 @@ static int ring_update_own(struct UringFixedRing *ring,
 static int ring_clone_locked(struct UringFixedRing *ring)
 {
     bool had_clone = ring_cloned(ring);
-    int ret = aio_buffers_clone(ring->ctx, &reg.pin_ring);
+    int ret = aio_buffers_clone(ring->ctx, reg.pin_table);
 
     if (ret < 0) {
         ring_disable(ring, "cloning the pinned buffers failed", ret);

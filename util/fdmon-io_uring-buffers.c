@@ -15,6 +15,10 @@
  * owner is released by fdmon_io_uring_destroy(), when no thread runs the
  * AioContext any more; the ring's table goes away with the ring.
  *
+ * Tables of their own (AioBufferTable) have no home thread: they submit
+ * nothing, and their user serializes its calls.  An AioContext that
+ * clones one shares the pages it pinned, and keeps them when it is freed.
+ *
  * Indexes.  Queued sqes name buffers by index and the kernel resolves the
  * index when it takes the sqe, not when the sqe is prepared.  Every change
  * of the table therefore submits what is queued first, so that each sqe
@@ -98,9 +102,30 @@ int aio_buffers_update(AioContext *ctx, unsigned index,
     return ret < 0 ? ret : 0;
 }
 
-int aio_buffers_clone(AioContext *ctx, struct io_uring *src)
+/*
+ * A table of its own is a ring that nothing is submitted to: it only
+ * holds the table, for AioContexts to clone.
+ */
+struct AioBufferTable {
+    struct io_uring ring;
+};
+
+/* Clone @src's table into @dst, replacing the table @dst had if any */
+static int clone_buffers(struct io_uring *dst, struct io_uring *src)
 {
-    int ret = fdmon_io_uring_clone_buffers(buffers_ring_flushed(ctx), src);
+    int ret;
+
+#ifdef HAVE_IO_URING_CLONE_BUFFERS
+    ret = __io_uring_clone_buffers(dst, src, IORING_REGISTER_DST_REPLACE);
+#else
+    ret = uring_abi_clone_buffers(dst, src);
+#endif
+    return ret < 0 ? ret : 0;
+}
+
+int aio_buffers_clone(AioContext *ctx, AioBufferTable *src)
+{
+    int ret = clone_buffers(buffers_ring_flushed(ctx), &src->ring);
 
     trace_fdmon_io_uring_buffers(ctx, "clone", 0, 0, ret);
     return ret;
@@ -113,14 +138,57 @@ void aio_buffers_unregister(AioContext *ctx)
     trace_fdmon_io_uring_buffers(ctx, "unregister", 0, 0, ret);
 }
 
-int fdmon_io_uring_clone_buffers(struct io_uring *dst, struct io_uring *src)
+int aio_buffer_table_new(AioBufferTable **ptable, const struct iovec *iov,
+                         unsigned nr)
 {
-    int ret;
+    AioBufferTable *table = g_new0(AioBufferTable, 1);
+    int ret = io_uring_queue_init(1, &table->ring, 0);
 
-#ifdef HAVE_IO_URING_CLONE_BUFFERS
-    ret = __io_uring_clone_buffers(dst, src, IORING_REGISTER_DST_REPLACE);
-#else
-    ret = uring_abi_clone_buffers(dst, src);
-#endif
+    if (ret == 0) {
+        ret = iov ? io_uring_register_buffers(&table->ring, iov, nr) :
+                    io_uring_register_buffers_sparse(&table->ring, nr);
+        if (ret < 0) {
+            io_uring_queue_exit(&table->ring);
+        }
+    }
+    if (ret < 0) {
+        g_free(table);
+        return ret;
+    }
+    *ptable = table;
+    return 0;
+}
+
+int aio_buffer_table_update(AioBufferTable *table, unsigned index,
+                            const struct iovec *iov, unsigned nr)
+{
+    int ret = io_uring_register_buffers_update_tag(&table->ring, index, iov,
+                                                   NULL, nr);
+
     return ret < 0 ? ret : 0;
+}
+
+void aio_buffer_table_free(AioBufferTable *table)
+{
+    if (table) {
+        io_uring_queue_exit(&table->ring);
+        g_free(table);
+    }
+}
+
+/* Try it on a pair of scratch tables */
+bool aio_buffer_table_can_clone(void)
+{
+    AioBufferTable *src, *dst;
+    int ret = aio_buffer_table_new(&src, NULL, 1);
+
+    if (ret == 0) {
+        ret = aio_buffer_table_new(&dst, NULL, 1);
+        if (ret == 0) {
+            ret = clone_buffers(&dst->ring, &src->ring);
+            aio_buffer_table_free(dst);
+        }
+        aio_buffer_table_free(src);
+    }
+    return ret == 0;
 }

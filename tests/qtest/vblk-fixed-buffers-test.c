@@ -397,6 +397,7 @@ typedef struct AutoCase {
     const char *drive_opts;     /* added to the file node's options */
     AutoRam ram;
     bool fixed;                 /* whether fixed buffers must be used */
+    bool no_clone;              /* a kernel that cannot clone tables */
 } AutoCase;
 
 /*
@@ -408,6 +409,9 @@ typedef struct AutoCase {
  * changes.  With the option off, never.  On 4 KiB pages fixed buffers
  * cost disk requests wherever host memory is not fragmented
  * (docs/benchmarks-kernel.md): auto leaves them off there, locked or not.
+ * And on a kernel that cannot clone buffer tables (before Linux 6.12),
+ * which the registry takes for one that neither coalesces hugepages (6.10)
+ * nor gets RAM collapsed into them.
  */
 static void test_auto(gconstpointer opaque)
 {
@@ -434,12 +438,16 @@ static void test_auto(gconstpointer opaque)
     image = vblk_make_image(DISK_SIZE);
     drive = g_strdup_printf("-blockdev file,node-name=disk0,filename=%s,"
                             "aio=io_uring%s", image, c->drive_opts);
+    if (c->no_clone) {
+        g_setenv("QEMU_IO_URING_FIXED_NO_CLONE", "1", true);
+    }
     d = vblk_start(256 * MiB, image, 1,
                    "-machine pc,memory-backend=ram0 -m 256M "
                    "-object %s %s -object iothread,id=io0 %s "
                    "-device virtio-blk-pci,id=vblk0,addr=04.0,drive=disk0,"
                    "iothread=io0",
                    auto_ram[c->ram], c->qemu_args, drive);
+    g_unsetenv("QEMU_IO_URING_FIXED_NO_CLONE");
     /*
      * Where guest RAM lies in QEMU's address space decides whether a
      * 1 GiB-aligned cut falls in it; a request across one goes as two
@@ -484,6 +492,13 @@ static const struct {
     { "auto/locked-tmpfs-private", { "-overcommit mem-lock=on",
                                      ",cache.direct=on", RAM_TMPFS_PRIVATE,
                                      false } },
+    /* Before Linux 6.12: hugepages neither coalesced nor collapsed */
+    { "auto/locked-no-clone", { "-overcommit mem-lock=on",
+                                ",cache.direct=on", RAM_HUGETLB, false,
+                                true } },
+    { "auto/locked-thp-no-clone", { "-overcommit mem-lock=on",
+                                    ",cache.direct=on", RAM_ANON, false,
+                                    true } },
     { "auto/unlocked", { "", ",cache.direct=on", RAM_HUGETLB, false } },
     { "auto/unlocked-thp", { "", ",cache.direct=on", RAM_ANON, false } },
     { "auto/locked-cached", { "-overcommit mem-lock=on", "", RAM_HUGETLB,
@@ -799,7 +814,7 @@ static int trace_count(const char *path, const char *event)
 /*
  * The machine's start registers all of its RAM blocks, guest RAM, ROMs
  * and video RAM, a dozen of them, each in its own call.  They are pinned
- * in one call that registers a table whole: into the pin ring with
+ * in one call that registers a table whole: into the pin table with
  * cloning, once per ring without.  Never slot by slot, which costs the
  * kernel a walk over the whole table per hugepage; and every request
  * still goes fixed.

@@ -2,7 +2,8 @@
 /*
  * The buffer table of an AioContext's io_uring (util/fdmon-io_uring-buffers.c):
  * one owner, told when the ring goes away; changes only from the home
- * thread; a queued request keeps the buffer it was prepared for.
+ * thread; a queued request keeps the buffer it was prepared for; a table
+ * of its own cloned into a ring.
  */
 
 #include "qemu/osdep.h"
@@ -62,6 +63,7 @@ typedef struct {
     CqeHandler cqe_handler;
     int fd;
     void *buf;
+    int index;
     bool done;
 } FixedRead;
 
@@ -69,7 +71,7 @@ static void fixed_read_prep(struct io_uring_sqe *sqe, void *opaque)
 {
     FixedRead *r = opaque;
 
-    io_uring_prep_read_fixed(sqe, r->fd, r->buf, 4096, 0, 0);
+    io_uring_prep_read_fixed(sqe, r->fd, r->buf, 4096, 0, r->index);
 }
 
 static void fixed_read_done(CqeHandler *cqe_handler)
@@ -114,6 +116,61 @@ static void test_update_after_queued_read(void)
     g_assert_cmpint(r.cqe_handler.cqe.res, ==, 4096);
     g_assert(memcmp(old_buf, pattern, 4096) == 0);
     g_assert(buffer_is_zero(new_buf, 4096));
+    aio_buffers_unregister(ctx);
+    close(r.fd);
+    unlink(path);
+}
+
+/* A READ_FIXED of @r, through @ctx's ring; its result */
+static int fixed_read(AioContext *ctx, FixedRead *r)
+{
+    r->done = false;
+    aio_add_sqe(fixed_read_prep, r, &r->cqe_handler);
+    while (!r->done) {
+        aio_poll(ctx, true);
+    }
+    return r->cqe_handler.cqe.res;
+}
+
+/*
+ * A table of its own, slot 1 of 2 filled, cloned into the AioContext's
+ * ring and then freed: the clone keeps the buffer, so a READ_FIXED from
+ * slot 1 lands in it, and slot 0 stays empty.
+ */
+static void test_table_clone(void)
+{
+    AioContext *ctx = qemu_get_aio_context();
+    g_autofree char *path = NULL;
+    g_autofree uint8_t *buf = g_malloc0(4096);
+    g_autofree uint8_t *pattern = g_malloc(4096);
+    struct iovec iov = { buf, 4096 };
+    FixedRead r = { .cqe_handler.cb = fixed_read_done, .buf = buf };
+    AioBufferTable *table;
+
+    if (!have_ring()) {
+        return;
+    }
+    if (!aio_buffer_table_can_clone()) {
+        g_test_skip("the kernel cannot clone buffer tables (Linux < 6.12)");
+        return;
+    }
+    memset(pattern, 0x3c, 4096);
+    r.fd = g_file_open_tmp("vblk-aio-buffers-XXXXXX", &path, NULL);
+    g_assert_cmpint(r.fd, >=, 0);
+    g_assert_cmpint(pwrite(r.fd, pattern, 4096, 0), ==, 4096);
+
+    g_assert_cmpint(aio_buffer_table_new(&table, NULL, 2), ==, 0);
+    g_assert_cmpint(aio_buffer_table_update(table, 1, &iov, 1), ==, 0);
+    g_assert_cmpint(aio_buffers_claim(ctx, &main_owner.owner), ==, 0);
+    g_assert_cmpint(aio_buffers_clone(ctx, table), ==, 0);
+    aio_buffer_table_free(table);
+
+    r.index = 0;
+    g_assert_cmpint(fixed_read(ctx, &r), ==, -EFAULT);
+    g_assert(buffer_is_zero(buf, 4096));
+    r.index = 1;
+    g_assert_cmpint(fixed_read(ctx, &r), ==, 4096);
+    g_assert(memcmp(buf, pattern, 4096) == 0);
     aio_buffers_unregister(ctx);
     close(r.fd);
     unlink(path);
@@ -253,6 +310,7 @@ int main(int argc, char **argv)
     g_test_add_func("/vblk-aio-buffers/release-with-ring",
                     test_release_with_ring);
     g_test_add_func("/vblk-aio-buffers/foreign-thread", test_foreign_thread);
+    g_test_add_func("/vblk-aio-buffers/table-clone", test_table_clone);
     g_test_add_func("/vblk-aio-buffers/abi/by-hand", test_abi_by_hand);
     g_test_add_func("/vblk-aio-buffers/abi/liburing", test_abi_liburing);
     return g_test_run();
