@@ -32,6 +32,11 @@ A new file enters with the first patch that needs it:
     entry there names comes with the first such test;
   - a document, with the first patch that adds it to a toctree;
   - anything else, with the last patch.
+A new file that grows over several patches has staged versions:
+patches/stages/STEM/PATH is PATH as patch STEM (its file name without
+the number and .patch) posts it.  The first stage must be the patch the
+file enters with, and the last the overlay's file (a link to it), so
+that the series ends with the file the overlay has.
 """
 
 import os
@@ -161,6 +166,32 @@ def cut_meson(path, keep):
     return text
 
 
+def check_stages(names, need):
+    """Each staged file enters with its first stage and ends with the
+    overlay's file; every stage names a patch of the series"""
+    top = os.path.join(PATCHES, "stages")
+    if not os.path.isdir(top):
+        return
+    index = {stem(p)[:-len(".patch")]: i for i, p in enumerate(names)}
+    stages = {}
+    for d in sorted(os.listdir(top)):
+        if d not in index:
+            sys.exit(f"patches/stages/{d}: no such patch in patches/series")
+        for base, _, fs in os.walk(os.path.join(top, d)):
+            for f in fs:
+                path = os.path.relpath(os.path.join(base, f), os.path.join(top, d))
+                stages.setdefault(path, []).append((index[d], os.path.join(base, f)))
+    for path, st in stages.items():
+        st.sort()
+        first, last = st[0], st[-1]
+        if need.get(path) != first[0]:
+            sys.exit(f"patches/stages: {path} enters with patch {need.get(path)} "
+                     f"(from 0), its first stage is for patch {first[0]}")
+        if read(last[1]) != read(os.path.join(ROOT, path)):
+            sys.exit(f"patches/stages: the last stage of {path} is not the "
+                     "overlay's file (make it a link to it)")
+
+
 def main():
     names = series()
     texts = [read(os.path.join(PATCHES, p)) for p in names]
@@ -201,6 +232,7 @@ def main():
                        (need[h] is None or need[h] > need[f]):
                         need[h] = need[f]
                         changed = True
+    check_stages(names, need)
     for i, p in enumerate(names):
         mine = [f for f in files if (need[f] if need[f] is not None else last) == i]
         print("\t".join([p] + mine))

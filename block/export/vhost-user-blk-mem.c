@@ -255,11 +255,7 @@ void coroutine_fn vu_blk_mem_release(VuBlkMem *mem)
 
 static void vu_blk_mem_schedule_register(VuBlkMem *mem)
 {
-    AioContext *ctx = mem->server->ctx;
-
-    if (!ctx) {
-        mem->restart_pending = true; /* detached: a drain began */
-    } else if (!mem->register_scheduled) {
+    if (!mem->register_scheduled) {
         mem->register_scheduled = true;
         /*
          * Counted in flight until the BH, or the coroutine it starts, is
@@ -267,7 +263,8 @@ static void vu_blk_mem_schedule_register(VuBlkMem *mem)
          * the export's deletion wait for it
          */
         vhost_user_server_inc_in_flight(mem->server);
-        aio_bh_schedule_oneshot(ctx, vu_blk_mem_register_bh, mem);
+        aio_bh_schedule_oneshot(mem->server->ctx, vu_blk_mem_register_bh,
+                                mem);
     }
 }
 

@@ -1,0 +1,1 @@
+../../../../../block/export/vhost-user-blk-mem.h
