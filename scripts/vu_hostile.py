@@ -1300,9 +1300,40 @@ def iothread_del(a, disk):
             qsd.wait()
 
 
-# A second queue, for throttle_wakes(): its ring and one request's buffers
+# A second queue, for throttle_wakes() and queue_share(): its ring, one
+# request's buffers, and an indirect table
 Q1_DESC, Q1_AVAIL, Q1_USED = 0x200000, 0x210000, 0x220000
 Q1_HDR, Q1_DATA, Q1_STATUS = 0x230000, 0x240000, 0x250000
+Q1_TABLE = 0x260000
+
+
+def two_queue_daemon(a, disk, name, limits, extra=()):
+    """A daemon of its own for case @name: an export of two queues, in
+    IOThreads io1 and io0, on @disk behind a throttle group of @limits
+    (its 'limits.' options).  (The process or None, the socket)"""
+    workdir = os.path.join(a.workdir, name)
+    os.makedirs(workdir, exist_ok=True)
+    path = os.path.join(workdir, "vu.sock")
+    qsd, path, _ = own_daemon(a, workdir, [
+        "--object", "iothread,id=io0", "--object", "iothread,id=io1",
+        "--object", f"throttle-group,id=tg,limits.{limits}",
+        "--blockdev", f"file,node-name=disk0,filename={disk}",
+        "--blockdev", "throttle,node-name=t0,throttle-group=tg,file=disk0",
+        "--export", "vhost-user-blk,id=x,node-name=t0,writable=on,"
+                    f"addr.type=unix,addr.path={path},num-queues=2,"
+                    "iothread.0=io1,iothread.1=io0", *extra])
+    return qsd, path
+
+
+def setup_two_queues(f, num):
+    """Set @f up with queue 0 on the long chains' ring and queue 1 of @num
+    entries on the Q1 ring: queue 1's call and kick fds"""
+    f.setup(ring=(LONG_DESC, LONG_AVAIL, LONG_USED))
+    call1 = f.vring_fd(SET_VRING_CALL, 1)
+    f.vring_num(1, num)
+    f.vring_base(1, 0)
+    f.vring_addr(1, Q1_DESC, Q1_AVAIL, Q1_USED)
+    return call1, f.vring_fd(SET_VRING_KICK, 1)
 
 
 def throttle_wakes(a, disk, n=2000):
@@ -1313,29 +1344,15 @@ def throttle_wakes(a, disk, n=2000):
     for the export, so each of them woke every queue, and queue 0 stopped
     again at once).  Counted with the trace event
     vhost_user_server_serve_queues.  An error, or None."""
-    workdir = os.path.join(a.workdir, "throttle-wakes")
-    os.makedirs(workdir, exist_ok=True)
-    path = os.path.join(workdir, "vu.sock")
-    qsd, path, _ = own_daemon(a, workdir, [
-        "--object", "iothread,id=io0", "--object", "iothread,id=io1",
-        "--object", "throttle-group,id=tg,limits.iops-total=500",
-        "--blockdev", f"file,node-name=disk0,filename={disk}",
-        "--blockdev", "throttle,node-name=t0,throttle-group=tg,file=disk0",
-        "--export", "vhost-user-blk,id=x,node-name=t0,writable=on,"
-                    f"addr.type=unix,addr.path={path},num-queues=2,"
-                    "iothread.0=io1,iothread.1=io0",
-        "--trace", "vhost_user_server_serve_queues"])
+    qsd, path = two_queue_daemon(a, disk, "throttle-wakes",
+                                 "iops-total=500",
+                                 ["--trace", "vhost_user_server_serve_queues"])
     if qsd is None:
         return "the daemon did not listen"
     f = None
     try:
         f = Frontend(path, num=LONG_N)
-        f.setup(ring=(LONG_DESC, LONG_AVAIL, LONG_USED))
-        call1 = f.vring_fd(SET_VRING_CALL, 1)
-        f.vring_num(1, 64)
-        f.vring_base(1, 0)
-        f.vring_addr(1, Q1_DESC, Q1_AVAIL, Q1_USED)
-        kick1 = f.vring_fd(SET_VRING_KICK, 1)
+        call1, kick1 = setup_two_queues(f, 64)
         # Messages on rings wait for the requests in flight: the daemon
         # must have handled them all before queue 0 fills up
         if not f.alive():
@@ -1392,38 +1409,21 @@ def throttle_wakes(a, disk, n=2000):
             qsd.wait()
 
 
-Q1_TABLE = 0x260000
-
-
 def queue_share(a, disk, n=64, limit=2.0):
-    """Queue 0 fills the export's bound of long chains in flight (reads
-    behind a throttle of one a second); then queue 1 submits @n chains as long (GET_ID:
-    no I/O).  Each queue may always have its equal part of the bound out,
-    so queue 1's must complete within @limit seconds while queue 0 is
-    still held (with one bound for the whole export, queue 1 waited until
-    queue 0 had given back half of it: some 2000 reads at 500 a second).
-    An error, or None."""
-    workdir = os.path.join(a.workdir, "queue-share")
-    os.makedirs(workdir, exist_ok=True)
-    qsd, path, _ = own_daemon(a, workdir, [
-        "--object", "iothread,id=io0", "--object", "iothread,id=io1",
-        "--object", "throttle-group,id=tg,limits.bps-total=64",
-        "--blockdev", f"file,node-name=disk0,filename={disk}",
-        "--blockdev", "throttle,node-name=t0,throttle-group=tg,file=disk0",
-        "--export", "vhost-user-blk,id=x,node-name=t0,writable=on,"
-                    f"addr.type=unix,addr.path={workdir}/vu.sock,"
-                    "num-queues=2,iothread.0=io1,iothread.1=io0"])
+    """Queue 0 fills the export's bound of long chains in flight with
+    reads that the throttle holds (a read of 4 KiB on queue 1 took what
+    it lets through for a minute); then queue 1 submits @n chains as long
+    (GET_ID: no I/O).  Each queue may always have its equal part of the
+    bound out, so queue 1's must complete within @limit seconds; with
+    one bound for the whole export they waited for queue 0's reads.  An
+    error, or None."""
+    qsd, path = two_queue_daemon(a, disk, "queue-share", "bps-total=64")
     if qsd is None:
         return "the daemon did not listen"
     f = None
     try:
         f = Frontend(path, num=LONG_N)
-        f.setup(ring=(LONG_DESC, LONG_AVAIL, LONG_USED))
-        call1 = f.vring_fd(SET_VRING_CALL, 1)
-        f.vring_num(1, n)
-        f.vring_base(1, 0)
-        f.vring_addr(1, Q1_DESC, Q1_AVAIL, Q1_USED)
-        kick1 = f.vring_fd(SET_VRING_KICK, 1)
+        call1, kick1 = setup_two_queues(f, n)
         if not f.alive():
             return "the daemon dropped the frontend"
         struct.pack_into("<IIQ", f.mem, Q1_HDR, BLK_T_IN, 0, 0)
