@@ -1420,10 +1420,11 @@ def queue_share(a, disk, n=64, limit=2.0):
     qsd, path = two_queue_daemon(a, disk, "queue-share", "bps-total=64")
     if qsd is None:
         return "the daemon did not listen"
-    f = None
+    f, kicks = None, ()
     try:
         f = Frontend(path, num=LONG_N)
-        call1, kick1 = setup_two_queues(f, n)
+        kicks = setup_two_queues(f, n)
+        kick1 = kicks[1]
         if not f.alive():
             return "the daemon dropped the frontend"
         struct.pack_into("<IIQ", f.mem, Q1_HDR, BLK_T_IN, 0, 0)
@@ -1468,20 +1469,23 @@ def queue_share(a, disk, n=64, limit=2.0):
         print(f"queue share: queue 1's {done} of {n} long chains in "
               f"{took:.2f} s, queue 0 at {held} then {used} of {LONG_N}",
               flush=True)
-        if used >= LONG_N - 100:
-            return f"queue 0 was not held at the bound ({used} done)"
+        if used:
+            # Each completion leaves room for one chain of queue 1's,
+            # which completes before the next: the case tests nothing
+            return (f"queue 0 completed {used} reads: the throttle did not "
+                    "hold them")
         if done != n:
             return (f"{done} of queue 1's {n} long chains completed in "
                     f"{limit} s")
         if f.mem[Q1_STATUS] != BLK_S_OK:
             return f"queue 1's status {f.mem[Q1_STATUS]}"
-        os.close(call1)
-        os.close(kick1)
         return None
     except (OSError, EOFError, AssertionError) as e:
         return f"{type(e).__name__}: {e}"
     finally:
         if f:
+            for fd in kicks:
+                os.close(fd)
             f.close()
         if qsd.poll() is None:
             qsd.kill()
