@@ -21,6 +21,7 @@ class QMP:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
+        self.path = path
         self.timeout = timeout
         self.buf = b""
         self.events = []
@@ -38,7 +39,7 @@ class QMP:
                 return None
             data = self.sock.recv(65536)
             if not data:
-                raise EOFError("QEMU closed QMP")
+                raise EOFError(f"{self.path}: QEMU closed QMP")
             self.buf += data
         line, self.buf = self.buf.split(b"\n", 1)
         return json.loads(line)
@@ -51,7 +52,8 @@ class QMP:
         while True:
             reply = self._read(self.timeout)
             if reply is None:
-                raise TimeoutError(f"no reply to {name}")
+                raise TimeoutError(f"{self.path}: no reply to {name} in "
+                                   f"{self.timeout:g} s")
             if "event" in reply:
                 self.events.append(reply)
                 continue

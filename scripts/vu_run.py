@@ -42,6 +42,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from qmp import QMP  # noqa: E402
@@ -207,6 +208,7 @@ class VM:
     def __init__(self, a, name, vu_sock, runtime, hotplug=False,
                  incoming=False):
         self.a = a
+        self.name = name
         qmp_sock = os.path.join(a.workdir, f"{name}-qmp.sock")
         console = os.path.join(a.workdir, f"{name}-console.log")
         for path in (qmp_sock, console):
@@ -247,6 +249,9 @@ class VM:
         return verdict[-1] if verdict else "FAIL: no verdict"
 
     def quit(self):
+        if self.proc.poll() is not None:
+            print(f"{self.name}: QEMU had exited (status "
+                  f"{self.proc.returncode})", flush=True)
         quit_qemu(self.proc, self.qmp)
 
     def kill(self):
@@ -387,8 +392,12 @@ def scenario_balloon(a, d, results):
     try:
         deadline = time.monotonic() + a.timeout
         while (not vm.con.find("VBLK-GUEST: balloon: waiting") and
+               not vm.con.find("VBLK-RESULT:") and
                vm.proc.poll() is None and time.monotonic() < deadline):
             time.sleep(0.2)
+        if not vm.con.find("VBLK-GUEST: balloon: waiting"):
+            raise RuntimeError("the guest did not wait for its balloon: "
+                               f"{vm.con.find('VBLK-RESULT:') or 'no verdict'}")
         ram = a.mem * MIB
         d.report("before the balloon")
         vm.qmp.cmd("balloon", value=ram // 4)
@@ -536,6 +545,7 @@ def main():
     print(f"accelerator: {pick_accel(a.accel)}", flush=True)
     results = []
     ds = [Daemon(a, disk)]
+    error = None
     try:
         if a.scenario == "daemon-restart":
             scenario_daemon_restart(a, ds, disk, results)
@@ -579,9 +589,15 @@ def main():
                                 for n in iothread_names(a)),
                             f"each of the export's {a.iothreads} IOThreads "
                             "read and wrote through fixed buffers"))
+    except Exception as e:  # a QMP error, a QEMU or daemon gone: say which
+        traceback.print_exc()
+        error = e
     finally:
         d = ds[0]
         rc = d.stop()
+    if error is not None:
+        results.append((False, "the scenario ran to its end "
+                        f"({type(error).__name__}: {error})"))
     results.append((rc == 0, f"the daemon quit cleanly (exit status {rc})"))
     warned = d.stderr.count("did not accept VHOST_USER_PROTOCOL_F_PINNED_MEMORY")
     if a.scenario in ("virtio-mem", "limits"):

@@ -1731,6 +1731,84 @@ static void test_thp(const void *opaque)
     vblk_stop(d);
 }
 
+/*
+ * Ordinary locked RAM whose last 1 MiB cannot become a hugepage (its
+ * 2 MiB piece would reach past the RAM block), as with -m 257M: the first
+ * 256 MiB are made hugepages, the tail stays on small pages.  The kernel
+ * coalesces a buffer only if all of it is hugepages, so the tail is a
+ * buffer of its own, reported as small pages, and the rest is laid out in
+ * buffers reported as hugepages.  Both take fixed I/O.
+ */
+static void test_thp_partial(void)
+{
+    const uint64_t whole = 256 * MiB, tail = 1 * MiB;
+    char *image;
+    g_autofree char *drive = NULL;
+    VblkDev *d;
+    QDict *info;
+    QListEntry *e;
+    uint64_t huge = 0, small = 0;
+    int nr_small = 0;
+
+    if (!have_thp()) {
+        g_test_skip("transparent hugepages are disabled on this host");
+        return;
+    }
+    image = vblk_make_image(DISK_SIZE);
+    drive = fixed_drive(image, ",aio-fixed-buffers=on");
+    d = vblk_start(whole + tail, image, 1,
+                   "-overcommit mem-lock=on "
+                   "-machine pc,memory-backend=ram0 -m 257M "
+                   "-object memory-backend-ram,id=ram0,size=257M "
+                   "-object iothread,id=io0 %s "
+                   "-device virtio-blk-pci,id=vblk0,addr=04.0,drive=disk0,"
+                   "iothread=io0", drive);
+    info = vblk_fixed_info(d);
+    QLIST_FOREACH_ENTRY(qdict_get_qlist(info, "chunks"), e) {
+        QDict *c = qobject_to(QDict, qlist_entry_obj(e));
+        uint64_t offset = qdict_get_int(c, "offset");
+        uint64_t size = qdict_get_int(c, "size");
+
+        if (!g_str_equal(qdict_get_str(c, "ram-block"), "ram0")) {
+            continue;
+        }
+        g_test_message("chunk at %" PRIu64 " MiB, %" PRIu64 " KiB: %s",
+                       offset / MiB, size / KiB,
+                       qdict_get_bool(c, "hugepages") ? "hugepages" : "small");
+        g_assert_true(qdict_get_bool(c, "pinned"));
+        if (qdict_get_bool(c, "hugepages")) {
+            g_assert_cmpuint(offset + size, <=, whole);
+            huge += size;
+        } else {
+            g_assert_cmpuint(offset, >=, whole);
+            small += size;
+            nr_small++;
+        }
+    }
+    qobject_unref(info);
+    g_assert_cmpuint(huge, ==, whole);
+    g_assert_cmpuint(small, ==, tail);
+    g_assert_cmpint(nr_small, ==, 1);
+
+    /* I/O into either part goes fixed */
+    {
+        VblkSeg head = { 128 * MiB, 2 * MiB };
+        VblkSeg end = { whole, tail };
+
+        vblk_write_pattern(d, 0, 0, &head, 1, 7);
+        vblk_read_verify(d, 0, 0, &head, 1);
+        vblk_write_pattern(d, 0, 4 * MiB, &end, 1, 8);
+        vblk_read_verify(d, 0, 4 * MiB, &end, 1);
+    }
+    info = vblk_fixed_info(d);
+    g_assert_cmpint(qdict_get_int(vblk_fixed_ring(info, "io0"),
+                                  "fixed-reads"), ==, 2);
+    g_assert_cmpint(qdict_get_int(vblk_fixed_ring(info, "io0"),
+                                  "fixed-writes"), ==, 2);
+    qobject_unref(info);
+    vblk_stop(d);
+}
+
 int main(int argc, char **argv)
 {
     int i;
@@ -1743,6 +1821,7 @@ int main(int argc, char **argv)
                         test_thp);
     qtest_add_data_func("/vblk-fixed/thp/unlocked", GINT_TO_POINTER(0),
                         test_thp);
+    qtest_add_func("/vblk-fixed/thp/partial", test_thp_partial);
     qtest_add_func("/vblk-fixed/small-requests", test_small_requests);
     for (i = 0; i < ARRAY_SIZE(auto_cases); i++) {
         g_autofree char *path = g_strdup_printf("/vblk-fixed/%s",
