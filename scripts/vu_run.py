@@ -544,7 +544,12 @@ def main():
                    check=True)
     print(f"accelerator: {pick_accel(a.accel)}", flush=True)
     results = []
-    ds = [Daemon(a, disk)]
+    try:
+        ds = [Daemon(a, disk)]
+    except Exception as e:
+        traceback.print_exc()
+        print(f"FAIL: the daemon started ({type(e).__name__}: {e})")
+        return 1
     error = None
     try:
         if a.scenario == "daemon-restart":
