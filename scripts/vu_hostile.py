@@ -1492,6 +1492,106 @@ def queue_share(a, disk, n=64, limit=2.0):
             qsd.wait()
 
 
+def maps(pid):
+    """How many mappings process @pid has: two a coroutine stack"""
+    with open(f"/proc/{pid}/maps") as m:
+        return sum(1 for _ in m)
+
+
+def burst(f, n, timeout=30):
+    """@n reads of 4 KiB in flight at once on @f's queue 0, all through
+    the descriptors of slot 0; wait for them.  Whether all completed."""
+    f.start(False, 0, 4096)
+    for _ in range(n - 1):
+        f.submit(0)
+    want = f.avail_idx & 0xffff
+    deadline = time.monotonic() + timeout
+    while f.used_idx() != want:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    f.used_seen = f.avail_idx
+    return True
+
+
+def pool_given_back(a, disk, deep=4096, shallow=256, bursts=16):
+    """A frontend's ring of @deep entries on export x grows the process's
+    coroutine pool by half of them while it runs (a burst of @deep
+    throttled reads leaves that many coroutines in the pool); it hangs up
+    without stopping its ring, so only the connection's end can give that
+    growth back.  Then a frontend on export y, with a ring of @shallow
+    entries, runs @bursts bursts of as many reads: each takes coroutines
+    from the pool and, the pool being back to its size, deletes what it
+    returns beyond it.  The daemon's mappings (two a coroutine stack) must
+    fall by at least half of what the first frontend left; without the
+    give-back the pool kept them all.  (On export x, the second frontend's
+    ring would set the share of queue 0 anew.)  An error, or None."""
+    workdir = os.path.join(a.workdir, "pool-given-back")
+    os.makedirs(workdir, exist_ok=True)
+    path = os.path.join(workdir, "vu.sock")
+    path2 = os.path.join(workdir, "vu2.sock")
+    qsd, path, _ = own_daemon(a, workdir, [
+        "--object", "iothread,id=io0",
+        "--object", "throttle-group,id=tg,limits.iops-total=4000",
+        "--blockdev", f"file,node-name=disk0,filename={disk}",
+        "--blockdev", "throttle,node-name=t0,throttle-group=tg,file=disk0",
+        "--export", "vhost-user-blk,id=x,node-name=t0,writable=on,"
+                    f"addr.type=unix,addr.path={path},iothread=io0",
+        "--export", "vhost-user-blk,id=y,node-name=t0,writable=on,"
+                    f"addr.type=unix,addr.path={path2},iothread=io0"])
+    if qsd is None or not listening(qsd, path2):
+        return "the daemon did not listen"
+    f = None
+    try:
+        before = maps(qsd.pid)
+        f = Frontend(path, num=deep)
+        f.setup(ring=(LONG_DESC, LONG_AVAIL, LONG_USED))
+        # Every read through one chain: head 0 of the long chains' ring
+        struct.pack_into("<IIQ", f.mem, LONG_HDR, BLK_T_IN, 0, 0)
+        f.put_desc(0, LONG_HDR, 16, DESC_F_NEXT, 1, table=LONG_DESC)
+        f.put_desc(1, LONG_DATA, 4096, DESC_F_NEXT | DESC_F_WRITE, 2,
+                   table=LONG_DESC)
+        f.put_desc(2, LONG_STATUS, 1, DESC_F_WRITE, table=LONG_DESC)
+        for i in range(deep):
+            struct.pack_into("<H", f.mem, LONG_AVAIL + 4 + 2 * i, 0)
+        struct.pack_into("<H", f.mem, LONG_AVAIL + 2, deep & 0xffff)
+        os.eventfd_write(f.kick_fd, 1)
+        deadline = time.monotonic() + 30
+        while struct.unpack_from("<H", f.mem, LONG_USED + 2)[0] != \
+                deep & 0xffff:
+            if time.monotonic() > deadline:
+                return "the deep frontend's reads did not complete"
+            time.sleep(0.01)
+        f.close()
+        f = None
+        time.sleep(0.5)
+        left = maps(qsd.pid)
+        if left - before < deep // 2:
+            return (f"the deep frontend left {left - before} mappings: the "
+                    "case cannot tell")
+        f = Frontend(path2, num=shallow)
+        f.setup()
+        for i in range(bursts):
+            if not burst(f, shallow):
+                return f"burst {i} of the shallow frontend did not complete"
+        after = maps(qsd.pid)
+        print(f"pool given back: {before} mappings, {left} once the deep "
+              f"frontend left, {after} after {bursts} bursts of {shallow}",
+              flush=True)
+        if left - after < (left - before) // 2:
+            return (f"{left - after} of the {left - before} mappings the deep "
+                    "frontend left were given back")
+        return None
+    except (OSError, EOFError, AssertionError) as e:
+        return f"{type(e).__name__}: {e}"
+    finally:
+        if f:
+            f.close()
+        if qsd.poll() is None:
+            qsd.kill()
+            qsd.wait()
+
+
 def quit_busy(a, disk, rounds=5):
     """QMP quit while a frontend is connected to each export, one has a
     request in flight, two closed their sockets a moment ago: the daemon
@@ -1557,7 +1657,7 @@ def main():
                      "close-in-drain",
                      "messages-under-io", "export-churn",
                      "stop-in-drain", "iothread-del", "throttle-wakes",
-                     "queue-share",
+                     "queue-share", "pool-given-back",
                      "quit-busy", "resize-under-io", "pinning",
                      "config-change", "unplug-in-flight",
                      "restart-in-flight"],
@@ -1720,6 +1820,11 @@ def main():
             results.append((err is None, "a queue held at the bound of long "
                             "chains: another queue's long chains are served "
                             "within its share" + (f": {err}" if err else "")))
+        if not a.case or "pool-given-back" in a.case:
+            err = pool_given_back(a, disk)
+            results.append((err is None, "a frontend with a deep ring hangs "
+                            "up: the coroutine pool is given back its share"
+                            + (f": {err}" if err else "")))
         if not a.case or "quit-busy" in a.case:
             err = quit_busy(a, disk)
             results.append((err is None, "the daemon quits with frontends "
