@@ -46,7 +46,10 @@ import sys
 
 ROOT, PATCHES = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ""
 OVERLAY_DIRS = ["hw", "block", "util", "include", "qapi", "tests", "docs"]
-TEST_RE = re.compile(r"^tests/(qtest/vblk-.*-test|unit/test-vblk-.*)\.c$")
+# Our tests (every overlay file that looks like one), and the directory
+# beside them whose meson.build lists them
+TEST_RE = re.compile(r"^tests/(qtest/[^/]*-test|unit/test-[^/]*)\.c$")
+TESTS_DIR = "virtio-blk-io-uring"
 
 
 def read(path):
@@ -160,7 +163,7 @@ def entry_files(meson, test):
 def cut_meson(path, keep):
     """@path with the entries of tests not in @keep taken out"""
     text = read(path)
-    for name in re.findall(r"'((?:vblk-|test-vblk-)[\w-]+)':", text):
+    for name in re.findall(r"^\s*'([\w-]+)':", text, re.M):
         if name not in keep:
             text = re.sub(ENTRY_RE % re.escape(name), "", text)
     return text
@@ -210,7 +213,7 @@ def main():
         m = TEST_RE.match(f)
         if m:
             name = os.path.basename(m.group(1))
-            meson = os.path.join(os.path.dirname(f), "vblk", "meson.build")
+            meson = os.path.join(os.path.dirname(f), TESTS_DIR, "meson.build")
             own = need.get(meson)
             need[f] = max(wanted.get(name, last if own is None else own), own or 0)
             # what its entry in the tests' meson.build names comes with it

@@ -499,7 +499,7 @@ def head_out_of_range(f):
     f.wait_used(1)
 
 
-# The device model's broken chains (tests/qtest/vblk-hostile-test.c,
+# The device model's broken chains (tests/qtest/virtio-blk-hostile-test.c,
 # split-chains) where vhost-user has them; each one must stop the device.
 FAR = 16 << 30      # no memory there
 

@@ -18,7 +18,7 @@
 #include "qobject/qjson.h"
 #include "standard-headers/linux/virtio_blk.h"
 #include "standard-headers/linux/virtio_config.h"
-#include "vblk-common.h"
+#include "virtio-blk-helpers.h"
 
 #define DISK_SIZE (128 * MiB)
 
@@ -1405,7 +1405,7 @@ int main(int argc, char **argv)
     for (i = 0; i < ARRAY_SIZE(backends); i++) {
         for (j = 0; j < ARRAY_SIZE(cases); j++) {
             Case *c = g_new(Case, 1);
-            g_autofree char *path = g_strdup_printf("/vblk-io/%s/%s",
+            g_autofree char *path = g_strdup_printf("/virtio-blk-io/%s/%s",
                                                     backends[i].name,
                                                     cases[j].name);
 
@@ -1413,23 +1413,24 @@ int main(int argc, char **argv)
             qtest_add_data_func(path, c, run_case);
         }
     }
-    qtest_add_func("/vblk-io/queues/1025", test_1025_queues);
-    qtest_add_func("/vblk-io/in-flight/idle-at-limit", test_in_flight_idle);
-    qtest_add_data_func("/vblk-io/long-chains-memory/default", NULL,
+    qtest_add_func("/virtio-blk-io/queues/1025", test_1025_queues);
+    qtest_add_func("/virtio-blk-io/in-flight/idle-at-limit",
+                   test_in_flight_idle);
+    qtest_add_data_func("/virtio-blk-io/long-chains-memory/default", NULL,
                         test_long_chains_memory);
-    qtest_add_data_func("/vblk-io/long-chains-memory/16M",
+    qtest_add_data_func("/virtio-blk-io/long-chains-memory/16M",
                         GSIZE_TO_POINTER(16 * MiB), test_long_chains_memory);
-    qtest_add_func("/vblk-io/long-chains-parts", test_long_chains_parts);
-    qtest_add_func("/vblk-io/coroutine-pool/failed-plug",
+    qtest_add_func("/virtio-blk-io/long-chains-parts", test_long_chains_parts);
+    qtest_add_func("/virtio-blk-io/coroutine-pool/failed-plug",
                    test_coroutine_pool_failed_plug);
-    qtest_add_data_func("/vblk-io/device-depth/default", "",
+    qtest_add_data_func("/virtio-blk-io/device-depth/default", "",
                         test_device_depth);
-    qtest_add_data_func("/vblk-io/device-depth/off",
+    qtest_add_data_func("/virtio-blk-io/device-depth/off",
                         ",aio-max-in-flight=0", test_device_depth);
     for (i = 0; i < ARRAY_SIZE(backend_depth_cases); i++) {
         const BackendDepthCase *c = &backend_depth_cases[i];
         g_autofree char *path =
-            g_strdup_printf("/vblk-io/backend-depth/%s/%d-queues",
+            g_strdup_printf("/virtio-blk-io/backend-depth/%s/%d-queues",
                             strcmp(c->max_in_flight, "0") ? "limited" :
                             "unlimited",
                             c->nvqs);

@@ -29,7 +29,7 @@
 #include "qobject/qstring.h"
 #include "standard-headers/linux/virtio_blk.h"
 #include "standard-headers/linux/virtio_config.h"
-#include "vblk-common.h"
+#include "virtio-blk-helpers.h"
 
 #define DISK_SIZE (64 * MiB)
 #define RAM_SIZE (256 * MiB)
@@ -571,27 +571,27 @@ int main(int argc, char **argv)
     our_qemu = g_getenv("QTEST_QEMU_BINARY");
     stock_qemu = g_getenv("VBLK_STOCK_QEMU");
     for (i = 0; stock_qemu && i < ARRAY_SIZE(cross); i++) {
-        g_autofree char *path = g_strdup_printf("/vblk-migration/%s",
+        g_autofree char *path = g_strdup_printf("/virtio-blk-migration/%s",
                                                 cross[i].name);
 
         qtest_add_data_func(path, &cross[i], run_case);
     }
     for (i = 0; i < ARRAY_SIZE(cases); i++) {
-        g_autofree char *path = g_strdup_printf("/vblk-migration/%s",
+        g_autofree char *path = g_strdup_printf("/virtio-blk-migration/%s",
                                                 cases[i].name);
 
         qtest_add_data_func(path, &cases[i], run_case);
     }
     for (i = 0; i < ARRAY_SIZE(smaller); i++) {
         g_autofree char *path =
-            g_strdup_printf("/vblk-migration/smaller-destination/%s",
+            g_strdup_printf("/virtio-blk-migration/smaller-destination/%s",
                             smaller[i].name);
 
         qtest_add_data_func(path, &smaller[i], test_smaller_destination);
     }
-    qtest_add_data_func("/vblk-migration/postcopy/fixed",
+    qtest_add_data_func("/virtio-blk-migration/postcopy/fixed",
                         GINT_TO_POINTER(true), test_postcopy);
-    qtest_add_data_func("/vblk-migration/postcopy-advised/fixed",
+    qtest_add_data_func("/virtio-blk-migration/postcopy-advised/fixed",
                         GINT_TO_POINTER(false), test_postcopy);
     return g_test_run();
 }

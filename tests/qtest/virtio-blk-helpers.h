@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Helpers for the vblk-uring qtests: a virtio-blk-pci driver that places
+ * Helpers for the virtio-blk qtests: a virtio-blk-pci driver that places
  * data where a test wants it in guest RAM, a pattern every byte of which
  * depends on its disk offset and a generation, and a shadow of the disk
  * to check the image file against at the end.
  */
-#ifndef VBLK_COMMON_H
-#define VBLK_COMMON_H
+#ifndef VIRTIO_BLK_HELPERS_H
+#define VIRTIO_BLK_HELPERS_H
 
 #include "libqtest.h"
 #include "libqos/libqos-malloc.h"

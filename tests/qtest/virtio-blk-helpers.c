@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Helpers for the vblk-uring qtests
+ * Helpers for the qtests of deep virtio-blk queues and io_uring fixed buffers
  */
 
 #include "qemu/osdep.h"
@@ -12,7 +12,7 @@
 #include "standard-headers/linux/virtio_config.h"
 #include "standard-headers/linux/virtio_pci.h"
 #include "standard-headers/linux/virtio_ring.h"
-#include "vblk-common.h"
+#include "virtio-blk-helpers.h"
 
 #define HUGEPAGES_DIR "/sys/kernel/mm/hugepages/hugepages-2048kB/"
 

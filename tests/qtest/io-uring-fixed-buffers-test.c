@@ -15,7 +15,7 @@
 #include "qobject/qlist.h"
 #include "qobject/qstring.h"
 #include "standard-headers/linux/virtio_blk.h"
-#include "vblk-common.h"
+#include "virtio-blk-helpers.h"
 
 #define DISK_SIZE (64 * MiB)
 
@@ -154,7 +154,7 @@ static void check_ram_chunks(QDict *info, uint64_t ram_size,
         /*
          * Cut at 1 GiB-aligned host addresses only: every chunk but the
          * first and the last is 1 GiB (where the cuts fall in QEMU's
-         * address space, test-vblk-uring-chunks checks).
+         * address space, test-io-uring-chunks checks).
          */
         if (start && start + size < ram_size) {
             g_assert_cmpuint(size, ==, GiB);
@@ -1815,46 +1815,46 @@ int main(int argc, char **argv)
 
     g_test_init(&argc, &argv, NULL);
 
-    qtest_add_func("/vblk-fixed/hugetlb", test_hugetlb);
-    qtest_add_func("/vblk-fixed/small-pages", test_small_pages);
-    qtest_add_data_func("/vblk-fixed/thp/locked", GINT_TO_POINTER(1),
+    qtest_add_func("/io-uring-fixed/hugetlb", test_hugetlb);
+    qtest_add_func("/io-uring-fixed/small-pages", test_small_pages);
+    qtest_add_data_func("/io-uring-fixed/thp/locked", GINT_TO_POINTER(1),
                         test_thp);
-    qtest_add_data_func("/vblk-fixed/thp/unlocked", GINT_TO_POINTER(0),
+    qtest_add_data_func("/io-uring-fixed/thp/unlocked", GINT_TO_POINTER(0),
                         test_thp);
-    qtest_add_func("/vblk-fixed/thp/partial", test_thp_partial);
-    qtest_add_func("/vblk-fixed/small-requests", test_small_requests);
+    qtest_add_func("/io-uring-fixed/thp/partial", test_thp_partial);
+    qtest_add_func("/io-uring-fixed/small-requests", test_small_requests);
     for (i = 0; i < ARRAY_SIZE(auto_cases); i++) {
-        g_autofree char *path = g_strdup_printf("/vblk-fixed/%s",
+        g_autofree char *path = g_strdup_printf("/io-uring-fixed/%s",
                                                 auto_cases[i].name);
 
         qtest_add_data_func(path, &auto_cases[i].c, test_auto);
     }
-    qtest_add_func("/vblk-fixed/chunk-boundary", test_chunk_boundary);
-    qtest_add_func("/vblk-fixed/ramblock-boundary", test_ramblock_boundary);
-    qtest_add_func("/vblk-fixed/every-chunk-boundary",
+    qtest_add_func("/io-uring-fixed/chunk-boundary", test_chunk_boundary);
+    qtest_add_func("/io-uring-fixed/ramblock-boundary", test_ramblock_boundary);
+    qtest_add_func("/io-uring-fixed/every-chunk-boundary",
                    test_every_chunk_boundary);
-    qtest_add_data_func("/vblk-fixed/iothreads/clone", GINT_TO_POINTER(1),
+    qtest_add_data_func("/io-uring-fixed/iothreads/clone", GINT_TO_POINTER(1),
                         test_iothreads);
-    qtest_add_data_func("/vblk-fixed/iothreads/per-ring", GINT_TO_POINTER(0),
-                        test_iothreads);
-    qtest_add_data_func("/vblk-fixed/start-pins-whole/clone",
+    qtest_add_data_func("/io-uring-fixed/iothreads/per-ring",
+                        GINT_TO_POINTER(0), test_iothreads);
+    qtest_add_data_func("/io-uring-fixed/start-pins-whole/clone",
                         GINT_TO_POINTER(1), test_start_pins_whole);
-    qtest_add_data_func("/vblk-fixed/start-pins-whole/per-ring",
+    qtest_add_data_func("/io-uring-fixed/start-pins-whole/per-ring",
                         GINT_TO_POINTER(0), test_start_pins_whole);
-    qtest_add_data_func("/vblk-fixed/hotplug/clone", GINT_TO_POINTER(1),
+    qtest_add_data_func("/io-uring-fixed/hotplug/clone", GINT_TO_POINTER(1),
                         test_hotplug);
-    qtest_add_data_func("/vblk-fixed/hotplug/per-ring", GINT_TO_POINTER(0),
+    qtest_add_data_func("/io-uring-fixed/hotplug/per-ring", GINT_TO_POINTER(0),
                         test_hotplug);
-    qtest_add_func("/vblk-fixed/memlock", test_memlock);
-    qtest_add_func("/vblk-fixed/monitor-while-pinning",
+    qtest_add_func("/io-uring-fixed/memlock", test_memlock);
+    qtest_add_func("/io-uring-fixed/monitor-while-pinning",
                    test_monitor_while_pinning);
-    qtest_add_data_func("/vblk-fixed/hotplug-under-load/clone",
+    qtest_add_data_func("/io-uring-fixed/hotplug-under-load/clone",
                         GINT_TO_POINTER(1), test_hotplug_load);
-    qtest_add_data_func("/vblk-fixed/hotplug-under-load/per-ring",
+    qtest_add_data_func("/io-uring-fixed/hotplug-under-load/per-ring",
                         GINT_TO_POINTER(0), test_hotplug_load);
-    qtest_add_data_func("/vblk-fixed/memlock-hotplug/clone",
+    qtest_add_data_func("/io-uring-fixed/memlock-hotplug/clone",
                         GINT_TO_POINTER(1), test_memlock_hotplug);
-    qtest_add_data_func("/vblk-fixed/memlock-hotplug/per-ring",
+    qtest_add_data_func("/io-uring-fixed/memlock-hotplug/per-ring",
                         GINT_TO_POINTER(0), test_memlock_hotplug);
     return g_test_run();
 }

@@ -304,14 +304,14 @@ int main(int argc, char **argv)
 {
     qemu_init_main_loop(&error_fatal);
     g_test_init(&argc, &argv, NULL);
-    g_test_add_func("/vblk-aio-buffers/claim", test_claim);
-    g_test_add_func("/vblk-aio-buffers/update-after-queued-read",
+    g_test_add_func("/aio-buffers/claim", test_claim);
+    g_test_add_func("/aio-buffers/update-after-queued-read",
                     test_update_after_queued_read);
-    g_test_add_func("/vblk-aio-buffers/release-with-ring",
+    g_test_add_func("/aio-buffers/release-with-ring",
                     test_release_with_ring);
-    g_test_add_func("/vblk-aio-buffers/foreign-thread", test_foreign_thread);
-    g_test_add_func("/vblk-aio-buffers/table-clone", test_table_clone);
-    g_test_add_func("/vblk-aio-buffers/abi/by-hand", test_abi_by_hand);
-    g_test_add_func("/vblk-aio-buffers/abi/liburing", test_abi_liburing);
+    g_test_add_func("/aio-buffers/foreign-thread", test_foreign_thread);
+    g_test_add_func("/aio-buffers/table-clone", test_table_clone);
+    g_test_add_func("/aio-buffers/abi/by-hand", test_abi_by_hand);
+    g_test_add_func("/aio-buffers/abi/liburing", test_abi_liburing);
     return g_test_run();
 }

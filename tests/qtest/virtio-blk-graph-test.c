@@ -23,7 +23,7 @@
 #include "qobject/qlist.h"
 #include "qobject/qstring.h"
 #include "standard-headers/linux/virtio_blk.h"
-#include "vblk-common.h"
+#include "virtio-blk-helpers.h"
 
 #define DISK_SIZE (64 * MiB)
 #define BLOCK (4 * KiB)
@@ -794,7 +794,7 @@ int main(int argc, char **argv)
     for (i = 0; i < ARRAY_SIZE(backends); i++) {
         for (j = 0; j < ARRAY_SIZE(cases); j++) {
             Case *c = g_new(Case, 1);
-            g_autofree char *path = g_strdup_printf("/vblk-graph/%s/%s",
+            g_autofree char *path = g_strdup_printf("/virtio-blk-graph/%s/%s",
                                                     backends[i].name,
                                                     cases[j].name);
 

@@ -17,7 +17,7 @@
 #include "qobject/qlist.h"
 #include "qobject/qstring.h"
 #include "standard-headers/linux/virtio_blk.h"
-#include "vblk-common.h"
+#include "virtio-blk-helpers.h"
 
 #define DISK_SIZE (16 * MiB)
 #define IO_SIZE (64 * KiB)
@@ -569,9 +569,9 @@ int main(int argc, char **argv)
     for (b = 0; b < ARRAY_SIZE(backends); b++) {
         for (c = 0; c < ARRAY_SIZE(cases); c++) {
             Test *t = g_new(Test, 1);
-            g_autofree char *path = g_strdup_printf("/vblk-disk-errors/%s/%s",
-                                                    backends[b].name,
-                                                    cases[c].name);
+            g_autofree char *path =
+                g_strdup_printf("/virtio-blk-disk-errors/%s/%s",
+                                backends[b].name, cases[c].name);
 
             *t = (Test) { &backends[b], &cases[c] };
             qtest_add_data_func(path, t, test_disk_errors);
@@ -581,7 +581,7 @@ int main(int argc, char **argv)
         /* write/stop/always */
         Test *t = g_new(Test, 1);
         g_autofree char *path = g_strdup_printf(
-            "/vblk-disk-errors/%s/unplug-parked", backends[b].name);
+            "/virtio-blk-disk-errors/%s/unplug-parked", backends[b].name);
 
         *t = (Test) { &backends[b], &cases[7] };
         g_assert(cases[7].write && !cases[7].once &&

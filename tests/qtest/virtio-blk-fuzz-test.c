@@ -19,7 +19,7 @@
 #include "standard-headers/linux/virtio_blk.h"
 #include "standard-headers/linux/virtio_config.h"
 #include "standard-headers/linux/virtio_ring.h"
-#include "vblk-common.h"
+#include "virtio-blk-helpers.h"
 
 #define DEFAULT_SEED 20260401u
 #define DEFAULT_CHAINS 6000
@@ -654,9 +654,9 @@ static void test_fuzz(gconstpointer opaque)
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
-    qtest_add_data_func("/vblk-fuzz/split/threads", "aio=threads",
+    qtest_add_data_func("/virtio-blk-fuzz/split/threads", "aio=threads",
                         test_fuzz);
-    qtest_add_data_func("/vblk-fuzz/split/io_uring-fixed",
+    qtest_add_data_func("/virtio-blk-fuzz/split/io_uring-fixed",
                         "aio=io_uring,cache.direct=on,aio-fixed-buffers=on",
                         test_fuzz);
     return g_test_run();

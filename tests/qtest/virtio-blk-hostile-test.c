@@ -14,7 +14,7 @@
 #include "standard-headers/linux/virtio_config.h"
 #include "standard-headers/linux/virtio_pci.h"
 #include "standard-headers/linux/virtio_ring.h"
-#include "vblk-common.h"
+#include "virtio-blk-helpers.h"
 
 #define DISK_SIZE (16 * MiB)
 
@@ -910,36 +910,36 @@ static void test_rings_elsewhere(void)
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
-    qtest_add_func("/vblk-hostile/split-chains", test_split_chains);
-    qtest_add_func("/vblk-hostile/own-registers", test_own_registers);
-    qtest_add_data_func("/vblk-hostile/other-memory/plain",
+    qtest_add_func("/virtio-blk-hostile/split-chains", test_split_chains);
+    qtest_add_func("/virtio-blk-hostile/own-registers", test_own_registers);
+    qtest_add_data_func("/virtio-blk-hostile/other-memory/plain",
                         "-blockdev null-co,node-name=null0 "
                         "-device virtio-blk-pci,addr=05.0,drive=null0",
                         test_other_memory);
-    qtest_add_data_func("/vblk-hostile/other-memory/iothread",
+    qtest_add_data_func("/virtio-blk-hostile/other-memory/iothread",
                         "-object iothread,id=io1 "
                         "-blockdev null-co,node-name=null0 "
                         "-device virtio-blk-pci,addr=05.0,drive=null0,"
                         "iothread=io1", test_other_memory);
-    qtest_add_data_func("/vblk-hostile/after-drive-del/main-loop", "",
+    qtest_add_data_func("/virtio-blk-hostile/after-drive-del/main-loop", "",
                         test_after_drive_del);
-    qtest_add_data_func("/vblk-hostile/after-drive-del/iothread",
+    qtest_add_data_func("/virtio-blk-hostile/after-drive-del/iothread",
                         ",iothread=io0", test_after_drive_del);
-    qtest_add_data_func("/vblk-hostile/in-order-big-ring/main-loop", "",
+    qtest_add_data_func("/virtio-blk-hostile/in-order-big-ring/main-loop", "",
                         test_in_order_big_ring);
-    qtest_add_data_func("/vblk-hostile/in-order-big-ring/iothread",
+    qtest_add_data_func("/virtio-blk-hostile/in-order-big-ring/iothread",
                         ",iothread=io0", test_in_order_big_ring);
-    qtest_add_func("/vblk-hostile/packed-chains", test_packed_chains);
-    qtest_add_func("/vblk-hostile/packed-indirect-zero",
+    qtest_add_func("/virtio-blk-hostile/packed-chains", test_packed_chains);
+    qtest_add_func("/virtio-blk-hostile/packed-indirect-zero",
                    test_packed_indirect_zero);
-    qtest_add_data_func("/vblk-hostile/features-after-queues/packed",
+    qtest_add_data_func("/virtio-blk-hostile/features-after-queues/packed",
                         "packed", test_features_after_queues);
-    qtest_add_data_func("/vblk-hostile/features-after-queues/split",
+    qtest_add_data_func("/virtio-blk-hostile/features-after-queues/split",
                         "split", test_features_after_queues);
-    qtest_add_data_func("/vblk-hostile/zero-reads/io_uring", "off",
+    qtest_add_data_func("/virtio-blk-hostile/zero-reads/io_uring", "off",
                         test_zero_reads);
-    qtest_add_data_func("/vblk-hostile/zero-reads/io_uring-fixed", "on",
+    qtest_add_data_func("/virtio-blk-hostile/zero-reads/io_uring-fixed", "on",
                         test_zero_reads);
-    qtest_add_func("/vblk-hostile/rings-elsewhere", test_rings_elsewhere);
+    qtest_add_func("/virtio-blk-hostile/rings-elsewhere", test_rings_elsewhere);
     return g_test_run();
 }

@@ -249,11 +249,11 @@ static void test_split_runs(void)
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
-    g_test_add_func("/vblk-uring/chunks/count", test_count);
-    g_test_add_func("/vblk-uring/chunks/split", test_split);
-    g_test_add_func("/vblk-uring/chunks/split-runs", test_split_runs);
-    g_test_add_func("/vblk-uring/chunks/find", test_find);
-    g_test_add_func("/vblk-uring/chunks/for-iov", test_for_iov);
-    g_test_add_func("/vblk-uring/chunks/prefix", test_prefix);
+    g_test_add_func("/io-uring-chunks/count", test_count);
+    g_test_add_func("/io-uring-chunks/split", test_split);
+    g_test_add_func("/io-uring-chunks/split-runs", test_split_runs);
+    g_test_add_func("/io-uring-chunks/find", test_find);
+    g_test_add_func("/io-uring-chunks/for-iov", test_for_iov);
+    g_test_add_func("/io-uring-chunks/prefix", test_prefix);
     return g_test_run();
 }

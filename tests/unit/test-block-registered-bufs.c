@@ -201,13 +201,13 @@ int main(int argc, char *argv[])
     qemu_init_main_loop(&error_abort);
     g_test_init(&argc, &argv, NULL);
 
-    g_test_add_func("/vblk-registered-bufs/close-gives-back",
+    g_test_add_func("/block-registered-bufs/close-gives-back",
                     test_close_gives_back);
-    g_test_add_func("/vblk-registered-bufs/close-through-filter",
+    g_test_add_func("/block-registered-bufs/close-through-filter",
                     test_close_through_filter);
-    g_test_add_func("/vblk-registered-bufs/replace-keeps-registered",
+    g_test_add_func("/block-registered-bufs/replace-keeps-registered",
                     test_replace_keeps_registered);
-    g_test_add_func("/vblk-registered-bufs/failed-insert",
+    g_test_add_func("/block-registered-bufs/failed-insert",
                     test_failed_insert);
     return g_test_run();
 }
