@@ -1500,7 +1500,7 @@ def maps(pid):
 
 def burst(f, n, timeout=30):
     """@n reads of 4 KiB in flight at once on @f's queue 0, all through
-    the descriptors of slot 0; wait for them.  Whether all completed."""
+    the descriptors of slot 0; wait for them.  None, or what went wrong."""
     f.start(False, 0, 4096)
     for _ in range(n - 1):
         f.submit(0)
@@ -1508,10 +1508,22 @@ def burst(f, n, timeout=30):
     deadline = time.monotonic() + timeout
     while f.used_idx() != want:
         if time.monotonic() > deadline:
-            return False
+            stuck = f.used_idx()
+            os.eventfd_write(f.kick_fd, 1)
+            time.sleep(2)
+            err = (f"{(want - stuck) & 0xffff} of {n} reads not completed "
+                   f"in {timeout} s; after one more kick, "
+                   f"{(want - f.used_idx()) & 0xffff}")
+            # Popped (the ring's base is past them) or never popped?
+            try:
+                f.send(GET_VRING_BASE, struct.pack("<II", 0, 0))
+                base = f.recv_u64(GET_VRING_BASE) >> 32
+                return err + f"; the ring's base {base}, avail {want}"
+            except (OSError, EOFError) as e:
+                return err + f"; GET_VRING_BASE: {type(e).__name__}: {e}"
         time.sleep(0.01)
     f.used_seen = f.avail_idx
-    return True
+    return None
 
 
 def pool_given_back(a, disk, deep=4096, shallow=256, bursts=16):
@@ -1528,9 +1540,9 @@ def pool_given_back(a, disk, deep=4096, shallow=256, bursts=16):
     ring would set the share of queue 0 anew.)  An error, or None."""
     workdir = os.path.join(a.workdir, "pool-given-back")
     os.makedirs(workdir, exist_ok=True)
-    path = os.path.join(workdir, "vu.sock")
+    path = os.path.join(workdir, "vu.sock")      # own_daemon()'s
     path2 = os.path.join(workdir, "vu2.sock")
-    qsd, path, _ = own_daemon(a, workdir, [
+    qsd, _, _ = own_daemon(a, workdir, [
         "--object", "iothread,id=io0",
         "--object", "throttle-group,id=tg,limits.iops-total=4000",
         "--blockdev", f"file,node-name=disk0,filename={disk}",
@@ -1539,10 +1551,12 @@ def pool_given_back(a, disk, deep=4096, shallow=256, bursts=16):
                     f"addr.type=unix,addr.path={path},iothread=io0",
         "--export", "vhost-user-blk,id=y,node-name=t0,writable=on,"
                     f"addr.type=unix,addr.path={path2},iothread=io0"])
-    if qsd is None or not listening(qsd, path2):
+    if qsd is None:
         return "the daemon did not listen"
     f = None
     try:
+        if not listening(qsd, path2):
+            return "the daemon did not listen on its second export"
         before = maps(qsd.pid)
         f = Frontend(path, num=deep)
         f.setup(ring=(LONG_DESC, LONG_AVAIL, LONG_USED))
@@ -1572,8 +1586,12 @@ def pool_given_back(a, disk, deep=4096, shallow=256, bursts=16):
         f = Frontend(path2, num=shallow)
         f.setup()
         for i in range(bursts):
-            if not burst(f, shallow):
-                return f"burst {i} of the shallow frontend did not complete"
+            err = burst(f, shallow)
+            if err:
+                qsd.kill()
+                out = qsd.communicate(timeout=30)[1].strip()
+                return (f"burst {i} of the shallow frontend: {err}; the "
+                        f"daemon said: {out[-600:] or 'nothing'}")
         after = maps(qsd.pid)
         print(f"pool given back: {before} mappings, {left} once the deep "
               f"frontend left, {after} after {bursts} bursts of {shallow}",
