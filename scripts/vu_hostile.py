@@ -57,6 +57,16 @@ DESC, AVAIL, USED = 0x0, 0x10000, 0x20000
 HDR, DATA, STATUS, TABLE = 0x30000, 0x100000, 0x40000, 0x50000
 
 
+def store_idx(mem, off, idx):
+    """Store the 16-bit ring index at @off of @mem in one store, as a
+    driver must publish it.  struct.pack_into() zeroes the bytes it packs
+    before it writes them, so the device could read an index of 0 in
+    between, take the ring as far ahead and pop entries that were never
+    made available."""
+    with memoryview(mem) as m, m[off:off + 2] as b, b.cast("H") as h:
+        h[0] = idx & 0xffff
+
+
 class Frontend:
     """A minimal vhost-user frontend: one queue, requests by hand."""
 
@@ -197,7 +207,7 @@ class Frontend:
         struct.pack_into("<H", self.mem, AVAIL + 4 + 2 * (self.avail_idx %
                                                           self.num), head)
         self.avail_idx += 1
-        struct.pack_into("<H", self.mem, AVAIL + 2, self.avail_idx & 0xffff)
+        store_idx(self.mem, AVAIL + 2, self.avail_idx)
         os.eventfd_write(self.kick_fd, 1)
 
     def wait_used(self, timeout=10):
@@ -494,7 +504,7 @@ def indirect_past_memory(f):
 def head_out_of_range(f):
     f.setup()
     struct.pack_into("<H", f.mem, AVAIL + 4, 60000)
-    struct.pack_into("<H", f.mem, AVAIL + 2, 1)
+    store_idx(f.mem, AVAIL + 2, 1)
     os.eventfd_write(f.kick_fd, 1)
     f.wait_used(1)
 
@@ -716,7 +726,7 @@ def submit_long_chains(f, setup=True):
         f.put_desc(i, LONG_TABLE, 16 * (LONG_PIECES + 2),
                    DESC_F_INDIRECT, table=LONG_DESC)
         struct.pack_into("<H", f.mem, LONG_AVAIL + 4 + 2 * i, i)
-    struct.pack_into("<H", f.mem, LONG_AVAIL + 2, LONG_N & 0xffff)
+    store_idx(f.mem, LONG_AVAIL + 2, LONG_N)
     os.eventfd_write(f.kick_fd, 1)
 
 
@@ -1367,7 +1377,7 @@ def throttle_wakes(a, disk, n=2000):
         f.put_desc(2, Q1_STATUS, 1, DESC_F_WRITE, table=Q1_DESC)
         for i in range(n):
             struct.pack_into("<H", f.mem, Q1_AVAIL + 4 + 2 * (i % 64), 0)
-            struct.pack_into("<H", f.mem, Q1_AVAIL + 2, (i + 1) & 0xffff)
+            store_idx(f.mem, Q1_AVAIL + 2, i + 1)
             os.eventfd_write(kick1, 1)
             deadline = time.monotonic() + 5
             while struct.unpack_from("<H", f.mem, Q1_USED + 2)[0] != \
@@ -1432,7 +1442,8 @@ def queue_share(a, disk, n=64, limit=2.0):
         f.put_desc(1, Q1_DATA, 4096, DESC_F_NEXT | DESC_F_WRITE, 2,
                    table=Q1_DESC)
         f.put_desc(2, Q1_STATUS, 1, DESC_F_WRITE, table=Q1_DESC)
-        struct.pack_into("<HH", f.mem, Q1_AVAIL + 2, 1, 0)
+        struct.pack_into("<H", f.mem, Q1_AVAIL + 4, 0)
+        store_idx(f.mem, Q1_AVAIL + 2, 1)
         os.eventfd_write(kick1, 1)
         deadline = time.monotonic() + 5
         while struct.unpack_from("<H", f.mem, Q1_USED + 2)[0] != 1:
@@ -1456,7 +1467,7 @@ def queue_share(a, disk, n=64, limit=2.0):
                              i)
         held = struct.unpack_from("<H", f.mem, LONG_USED + 2)[0]
         t0 = time.monotonic()
-        struct.pack_into("<H", f.mem, Q1_AVAIL + 2, 1 + n)
+        store_idx(f.mem, Q1_AVAIL + 2, 1 + n)
         os.eventfd_write(kick1, 1)
         done = 0
         while time.monotonic() - t0 < limit:
@@ -1568,7 +1579,7 @@ def pool_given_back(a, disk, deep=4096, shallow=256, bursts=16):
         f.put_desc(2, LONG_STATUS, 1, DESC_F_WRITE, table=LONG_DESC)
         for i in range(deep):
             struct.pack_into("<H", f.mem, LONG_AVAIL + 4 + 2 * i, 0)
-        struct.pack_into("<H", f.mem, LONG_AVAIL + 2, deep & 0xffff)
+        store_idx(f.mem, LONG_AVAIL + 2, deep)
         os.eventfd_write(f.kick_fd, 1)
         deadline = time.monotonic() + 30
         while struct.unpack_from("<H", f.mem, LONG_USED + 2)[0] != \
