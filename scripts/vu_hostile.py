@@ -1085,8 +1085,15 @@ def start_daemon(a, workdir, disk, malloc_count=None):
     print("$ " + " ".join(cmd), flush=True)
     env = dict(os.environ)
     mc_out = os.path.join(workdir, "malloc-count")
+    preload = []
     if malloc_count:
-        env.update(LD_PRELOAD=malloc_count, MALLOC_COUNT_OUT=mc_out)
+        preload.append(malloc_count)
+        env.update(MALLOC_COUNT_OUT=mc_out)
+    if a.fd_check:
+        preload.append(a.fd_check)
+        env.update(FD_CHECK_OUT=os.path.join(workdir, "fd-check"))
+    if preload:
+        env.update(LD_PRELOAD=" ".join(preload))
     qsd = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
     if not listening(qsd, *sock.values()):
         raise RuntimeError("the daemon did not listen")
@@ -1679,6 +1686,9 @@ def main():
                     help="the daemon is a ThreadSanitizer build logging to "
                     "DIR/tsan.PID: check that no race it reports is in the "
                     "export's code")
+    ap.add_argument("--fd-check", metavar="LIB",
+                    help="bench/fd-check's preload: the daemon must close "
+                    "no descriptor twice")
     ap.add_argument("--malloc-count", metavar="LIB",
                     help="bench/malloc-count's preload: check the heap")
     ap.add_argument("--case", action="append", choices=sorted(CASES) +
@@ -1878,11 +1888,31 @@ def main():
                               "VHOST_USER_PROTOCOL_F_PINNED_MEMORY")
         results.append((warned == 1, "the export warned once that a "
                         f"frontend did not accept pinning ({warned} times)"))
+    if a.fd_check:
+        results.append(fd_check_verdict(os.path.join(a.workdir, "fd-check")))
     if a.tsan_log:
         results += tsan_verdict(a.tsan_log)
     for ok, what in results:
         print(f"{'PASS' if ok else 'FAIL'}: {what}")
     return 0 if all(ok for ok, _ in results) else 1
+
+
+def fd_check_verdict(path):
+    """bench/fd-check's report of the daemon's closes of a descriptor that
+    was not open.  Each is the second close of a pair: had another thread
+    got the number in between (the next client's socket, a descriptor it
+    received), the close would have taken it away."""
+    try:
+        with open(path) as f:
+            report = f.read()
+    except FileNotFoundError:
+        report = ""
+    closes = report.count(": not open, thread ")
+    if closes:
+        print("fd-check, the first of them:\n" +
+              "\n".join(report.splitlines()[:14]), flush=True)
+    return (not closes, "the daemon closed no descriptor twice "
+            f"({closes} closes of a descriptor that was not open)")
 
 
 # The code a race of the export would be in: the vhost-user server, the
