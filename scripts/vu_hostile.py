@@ -509,6 +509,59 @@ def head_out_of_range(f):
     f.wait_used(1)
 
 
+def avail_past_ring(path):
+    """The driver moves the avail index further past the device's than
+    the ring has entries, as a torn or hostile write of it would: the ring
+    cannot hold that many, so none of them is real.  The device must stop
+    at once, as QEMU's own virtio does (virtqueue_num_heads()), without
+    serving the stale entries (before: it wrote the 64 of them to the
+    disk, then stopped with 'Virtqueue size exceeded').  Then a new
+    frontend reads back what was on the disk before.  An error, or None."""
+    before = pattern(78, 512)
+    g = Frontend(path)
+    try:
+        g.setup()
+        if g.rw(True, 8, len(before), before) != BLK_S_OK:
+            return "the first write failed"
+    finally:
+        g.close()
+    f = Frontend(path)
+    try:
+        f.setup()
+        f.mem[DATA:DATA + 512] = pattern(79, 512)
+        struct.pack_into("<IIQ", f.mem, HDR, BLK_T_OUT, 0, 8)
+        f.put_desc(0, HDR, 16, DESC_F_NEXT, 1)
+        f.put_desc(1, DATA, 512, DESC_F_NEXT, 2)
+        f.put_desc(2, STATUS, 1, DESC_F_WRITE)
+        for i in range(f.num):
+            struct.pack_into("<H", f.mem, AVAIL + 4 + 2 * i, 0)
+        store_idx(f.mem, AVAIL + 2, f.num + 1)
+        os.eventfd_write(f.kick_fd, 1)
+        time.sleep(0.5)
+        served = f.used_idx()
+        if served:
+            return f"the device served {served} of the ring's stale entries"
+        if f.alive():
+            return "the device did not stop"
+    except (OSError, EOFError, AssertionError) as e:
+        return f"{type(e).__name__}: {e}"
+    finally:
+        f.close()
+    # Served once the connection has ended, its requests with it
+    g = Frontend(path)
+    try:
+        g.setup()
+        if g.rw(False, 8, len(before)) != BLK_S_OK:
+            return "the read back failed"
+        if g.mem[DATA:DATA + len(before)] != before:
+            return "the device wrote a stale entry's data to the disk"
+    except (OSError, EOFError, AssertionError) as e:
+        return f"read back: {type(e).__name__}: {e}"
+    finally:
+        g.close()
+    return None
+
+
 # The device model's broken chains (tests/qtest/virtio-blk-hostile-test.c,
 # split-chains) where vhost-user has them; each one must stop the device.
 FAR = 16 << 30      # no memory there
@@ -1699,7 +1752,7 @@ def main():
                      "queue-share", "pool-given-back",
                      "quit-busy", "resize-under-io", "pinning",
                      "config-change", "unplug-in-flight",
-                     "restart-in-flight"],
+                     "restart-in-flight", "avail-past-ring"],
                     help="run only these (default: all)")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
@@ -1779,6 +1832,15 @@ def main():
             results.append((err is None, f"{LONG_N} requests of "
                             f"{LONG_PIECES + 2}-piece chains complete"
                             + (f": {err}" if err else "")))
+        if "avail-past-ring" in (a.case or ["avail-past-ring"]):
+            err = avail_past_ring(sock["victim"])
+            up = qsd.poll() is None
+            results.append((err is None and up, "a driver that moves the "
+                            "avail index past the ring's size: the device "
+                            "stops at once and serves none of its entries"
+                            + (f": {err}" if err else "")
+                            + ("" if up else
+                               f" (exit status {qsd.returncode})")))
         cases = [c for c in a.case or CASES if c in CASES]
         for seed, name in enumerate(cases, 2):
             if qsd.poll() is not None:
