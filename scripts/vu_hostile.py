@@ -509,6 +509,22 @@ def head_out_of_range(f):
     f.wait_used(1)
 
 
+def fresh_rw(path, write, sector, data_len, fill=None):
+    """One request from a new frontend on @path: (None, the data of its
+    buffer after the request), or (what went wrong, None)"""
+    f = Frontend(path)
+    try:
+        f.setup()
+        status = f.rw(write, sector, data_len, fill)
+        if status != BLK_S_OK:
+            return f"status {status}", None
+        return None, bytes(f.mem[DATA:DATA + data_len])
+    except (OSError, EOFError, AssertionError) as e:
+        return f"{type(e).__name__}: {e}", None
+    finally:
+        f.close()
+
+
 def avail_past_ring(path):
     """The driver moves the avail index further past the device's than
     the ring has entries, as a torn or hostile write of it would: the ring
@@ -518,13 +534,9 @@ def avail_past_ring(path):
     disk, then stopped with 'Virtqueue size exceeded').  Then a new
     frontend reads back what was on the disk before.  An error, or None."""
     before = pattern(78, 512)
-    g = Frontend(path)
-    try:
-        g.setup()
-        if g.rw(True, 8, len(before), before) != BLK_S_OK:
-            return "the first write failed"
-    finally:
-        g.close()
+    err, _ = fresh_rw(path, True, 8, len(before), before)
+    if err:
+        return f"the first write: {err}"
     f = Frontend(path)
     try:
         f.setup()
@@ -548,17 +560,11 @@ def avail_past_ring(path):
     finally:
         f.close()
     # Served once the connection has ended, its requests with it
-    g = Frontend(path)
-    try:
-        g.setup()
-        if g.rw(False, 8, len(before)) != BLK_S_OK:
-            return "the read back failed"
-        if g.mem[DATA:DATA + len(before)] != before:
-            return "the device wrote a stale entry's data to the disk"
-    except (OSError, EOFError, AssertionError) as e:
-        return f"read back: {type(e).__name__}: {e}"
-    finally:
-        g.close()
+    err, data = fresh_rw(path, False, 8, len(before))
+    if err:
+        return f"the read back: {err}"
+    if data != before:
+        return "the device wrote a stale entry's data to the disk"
     return None
 
 
@@ -696,16 +702,8 @@ def close_in_drain(q, path):
         q.cmd("block_resize", **{"node-name": "disk0", "size": 64 << 20})
     except (OSError, EOFError, RuntimeError) as e:
         return f"block_resize: {type(e).__name__}: {e}"
-    f = Frontend(path)
-    try:
-        f.setup()
-        if f.rw(False, 0, 4096) != BLK_S_OK:
-            return "the next frontend's read failed"
-    except (OSError, EOFError, AssertionError) as e:
-        return f"the next frontend: {type(e).__name__}: {e}"
-    finally:
-        f.close()
-    return None
+    err, _ = fresh_rw(path, False, 0, 4096)
+    return f"the next frontend's read: {err}" if err else None
 
 
 def messages_under_io(path, n=64, limit=0.1):
