@@ -529,9 +529,10 @@ def avail_past_ring(path):
     """The driver moves the avail index further past the device's than
     the ring has entries, as a torn or hostile write of it would: the ring
     cannot hold that many, so none of them is real.  The device must stop
-    at once, as QEMU's own virtio does (virtqueue_num_heads()), without
-    serving the stale entries (before: it wrote the 64 of them to the
-    disk, then stopped with 'Virtqueue size exceeded').  Then a new
+    at once, without serving the stale entries (before: it wrote the 64
+    of them to the disk, then stopped with 'Virtqueue size exceeded').
+    The used index shows nothing either way (a stopped device pushes
+    nothing): the sector read back is the check.  Then a new
     frontend reads back what was on the disk before.  An error, or None."""
     before = pattern(78, 512)
     err, _ = fresh_rw(path, True, 8, len(before), before)
