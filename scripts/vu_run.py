@@ -248,6 +248,26 @@ class VM:
             return f"FAIL: the guest did not power off ({reason})"
         return verdict[-1] if verdict else "FAIL: no verdict"
 
+    def progress(self, d):
+        """Where the guest and daemon @d got to, for a failure's message"""
+        state = (f"QEMU exited (status {self.proc.returncode})"
+                 if self.proc.poll() is not None else "QEMU running")
+        said = [line for line in self.con.lines if line.startswith("VBLK-")]
+        # The kernel's hung task detector names a task stuck for 120 s
+        hung = [line.split("INFO: task ")[1].split(" blocked")[0]
+                for line in self.con.lines if "INFO: task " in line]
+        try:
+            _, fixed, fb = d.stats()
+            served = f"{fixed + sum(fb.values())} requests"
+        except Exception as e:
+            served = f"no answer ({type(e).__name__})"
+        for line in self.con.lines[-40:]:
+            print(f"guest| {line}", flush=True)
+        return (f"{state} after {time.monotonic() - self.started:.0f} s; "
+                f"the guest's last word: {said[-1] if said else 'none'}; "
+                f"hung tasks: {', '.join(hung) or 'none'}; the daemon "
+                f"served {served}")
+
     def quit(self):
         if self.proc.poll() is not None:
             print(f"{self.name}: QEMU had exited (status "
@@ -397,7 +417,7 @@ def scenario_balloon(a, d, results):
             time.sleep(0.2)
         if not vm.con.find("VBLK-GUEST: balloon: waiting"):
             raise RuntimeError("the guest did not wait for its balloon: "
-                               f"{vm.con.find('VBLK-RESULT:') or 'no verdict'}")
+                               f"{vm.progress(d)}")
         ram = a.mem * MIB
         d.report("before the balloon")
         vm.qmp.cmd("balloon", value=ram // 4)
