@@ -38,6 +38,7 @@ fallback, and hold registered exactly the memory of the VM it serves.
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -261,10 +262,19 @@ class VM:
             served = f"{fixed + sum(fb.values())} requests"
         except Exception as e:
             served = f"no answer ({type(e).__name__})"
+        # Where the first vCPU is: in the firmware, the kernel or user space
+        try:
+            regs = self.qmp.cmd("human-monitor-command",
+                                **{"command-line": "info registers"})
+            rip = re.search(r"RIP=([0-9a-f]+)", regs)
+            state += f", vCPU 0 at {rip.group(1) if rip else '?'}"
+        except Exception as e:
+            state += f", no registers ({type(e).__name__})"
         for line in self.con.lines[-40:]:
             print(f"guest| {line}", flush=True)
         return (f"{state} after {time.monotonic() - self.started:.0f} s; "
-                f"the guest's last word: {said[-1] if said else 'none'}; "
+                f"the guest's last word: {said[-1] if said else 'none'} "
+                f"({len(self.con.lines)} console lines); "
                 f"hung tasks: {', '.join(hung) or 'none'}; the daemon "
                 f"served {served}")
 
