@@ -270,6 +270,10 @@ class VM:
             state += f", vCPU 0 at {rip.group(1) if rip else '?'}"
         except Exception as e:
             state += f", no registers ({type(e).__name__})"
+        with open("/proc/meminfo") as f:
+            meminfo = dict(line.split(":", 1) for line in f)
+        avail = int(meminfo["MemAvailable"].split()[0]) >> 10
+        state += f", host MemAvailable {avail} MiB"
         for line in self.con.lines[-40:]:
             print(f"guest| {line}", flush=True)
         return (f"{state} after {time.monotonic() - self.started:.0f} s; "
