@@ -243,25 +243,29 @@ class VM:
             print(line.replace("VBLK-GUEST: ", "guest: "), flush=True)
         if reason is None:
             return "FAIL: " + ("QEMU died" if self.proc.poll() is not None
-                               else "no shutdown in time (watchdog)")
+                               else "no shutdown in time (watchdog)") + \
+                f": {self.progress()}"
         verdict = self.con.find("VBLK-RESULT:")
         if reason != "guest-shutdown":
             return f"FAIL: the guest did not power off ({reason})"
         return verdict[-1] if verdict else "FAIL: no verdict"
 
-    def progress(self, d):
-        """Where the guest and daemon @d got to, for a failure's message"""
+    def progress(self, d=None):
+        """Where the guest (and daemon @d) got to, for a failure's message"""
         state = (f"QEMU exited (status {self.proc.returncode})"
                  if self.proc.poll() is not None else "QEMU running")
         said = [line for line in self.con.lines if line.startswith("VBLK-")]
         # The kernel's hung task detector names a task stuck for 120 s
         hung = [line.split("INFO: task ")[1].split(" blocked")[0]
                 for line in self.con.lines if "INFO: task " in line]
+        served = ""
         try:
-            _, fixed, fb = d.stats()
-            served = f"{fixed + sum(fb.values())} requests"
+            if d:
+                _, fixed, fb = d.stats()
+                served = (f"; the daemon served "
+                          f"{fixed + sum(fb.values())} requests")
         except Exception as e:
-            served = f"no answer ({type(e).__name__})"
+            served = f"; the daemon did not answer ({type(e).__name__})"
         # Where the first vCPU is: in the firmware, the kernel or user space
         try:
             regs = self.qmp.cmd("human-monitor-command",
@@ -279,8 +283,7 @@ class VM:
         return (f"{state} after {time.monotonic() - self.started:.0f} s; "
                 f"the guest's last word: {said[-1] if said else 'none'} "
                 f"({len(self.con.lines)} console lines); "
-                f"hung tasks: {', '.join(hung) or 'none'}; the daemon "
-                f"served {served}")
+                f"hung tasks: {', '.join(hung) or 'none'}{served}")
 
     def quit(self):
         if self.proc.poll() is not None:
