@@ -410,94 +410,6 @@ static void test_after_drive_del(gconstpointer opaque)
     g_free(d);
 }
 
-/*
- * A driver may give a ring more entries than the device's queue-size:
- * virtio_queue_set_num() takes any size up to VIRTQUEUE_MAX_SIZE.  With
- * VIRTIO_F_IN_ORDER, QEMU records every popped element in
- * VirtQueue.used_elems at its ring position, so that array must hold as
- * many elements as the largest ring.  QEMU 10.2.2 sized it by queue-size:
- * on a ring of 1024 over queue-size=256, the 257th pop writes past it
- * (AddressSanitizer: heap-buffer-overflow in virtqueue_split_pop(); the
- * patch "virtio: size used_elems for the largest ring the driver may set"
- * fixes it).  300 requests of three descriptors in flight at once, twice
- * (1200 pops, every ring position), all verified.  No sanitizer is needed
- * to see it: QEMU 10.2.2 built without one fails this test too, the used
- * ring then moving 65524 entries at once or never completing a request.
- */
-#define IN_ORDER_QUEUE_SIZE 256  /* the device's queue-size */
-#define BIG_RING 1024            /* what the driver makes of it */
-#define NREQ 300                 /* in flight at once: 900 descriptors */
-#define ROUNDS 2                 /* 2 x 600 pops: every ring position */
-
-static const QVirtioBus *pci_bus;
-
-/*
- * libqos sets a queue up by reading its size after selecting it: write
- * BIG_RING to queue_size first, and take whatever the device reads back.
- */
-static uint16_t big_queue_size(QVirtioDevice *vd)
-{
-    QVirtioPCIDevice *dev = container_of(vd, QVirtioPCIDevice, vdev);
-
-    qpci_io_writew(dev->pdev, dev->bar, dev->common_cfg_offset +
-                   offsetof(struct virtio_pci_common_cfg, queue_size),
-                   BIG_RING);
-    return pci_bus->get_queue_size(vd);
-}
-
-static void test_in_order_big_ring(gconstpointer opaque)
-{
-    const char *iothread = opaque;
-    char *image = vblk_make_image(DISK_SIZE);
-    VblkDev *d = vblk_start(256 * MiB, image, 1,
-                            "-machine pc -m 256M -object iothread,id=io0 "
-                            "-blockdev file,node-name=disk0,filename=%s "
-                            "-device virtio-blk-pci,id=vblk0,addr=04.0,"
-                            "drive=disk0,in_order=on,queue-size=%d%s",
-                            image, IN_ORDER_QUEUE_SIZE, iothread);
-    QVirtioBus bus = *d->vdev->bus;
-    g_autofree VblkIo *ios = g_new0(VblkIo, NREQ);
-    g_autofree VblkSeg *segs = g_new0(VblkSeg, NREQ);
-    unsigned size;
-    int i, r;
-
-    g_assert_cmpuint(d->vqs[0]->size, ==, IN_ORDER_QUEUE_SIZE);
-    g_assert(qvirtio_get_features(d->vdev) & (1ull << VIRTIO_F_IN_ORDER));
-
-    /*
-     * Reset and bring the device up again: VERSION_1 and IN_ORDER, queue 0
-     * given BIG_RING entries (written before queue_enable), DRIVER_OK.
-     */
-    d->extra_features = 1ull << VIRTIO_F_IN_ORDER;
-    pci_bus = d->vdev->bus;
-    bus.get_queue_size = big_queue_size;
-    d->vdev->bus = &bus;
-    vblk_reset(d);
-    d->vdev->bus = pci_bus;     /* the same but for get_queue_size */
-
-    g_assert(d->vdev->bus->get_guest_features(d->vdev) &
-             (1ull << VIRTIO_F_IN_ORDER));
-    size = d->vqs[0]->size;
-    g_test_message("queue-size %d, ring of %u", IN_ORDER_QUEUE_SIZE, size);
-    /* The driver may choose it (virtio-mmio even offers 1024 for any) */
-    g_assert_cmpuint(size, ==, BIG_RING);
-
-    /* NREQ chains of three descriptors: header, 4 KiB, status */
-    for (i = 0; i < NREQ; i++) {
-        segs[i] = (VblkSeg) { d->data_start + (uint64_t)i * 4096, 4096 };
-        ios[i] = (VblkIo) {
-            .q = 0, .offset = (uint64_t)i * 4096, .segs = &segs[i],
-            .nsegs = 1,
-        };
-    }
-    for (r = 0; r < ROUNDS; r++) {
-        /* NREQ writes, then NREQ reads checked against them */
-        vblk_write_read(d, ios, NREQ, 1 + r * NREQ);
-    }
-    g_assert_false(vblk_device_status(d) & VIRTIO_CONFIG_S_NEEDS_RESET);
-    vblk_stop(d);               /* QEMU must exit cleanly */
-}
-
 static struct vring_packed_desc pdesc(uint64_t addr, uint32_t len,
                                       uint16_t flags, uint16_t id)
 {
@@ -927,10 +839,6 @@ int main(int argc, char **argv)
                         test_after_drive_del);
     qtest_add_data_func("/virtio-blk-hostile/after-drive-del/iothread",
                         ",iothread=io0", test_after_drive_del);
-    qtest_add_data_func("/virtio-blk-hostile/in-order-big-ring/main-loop", "",
-                        test_in_order_big_ring);
-    qtest_add_data_func("/virtio-blk-hostile/in-order-big-ring/iothread",
-                        ",iothread=io0", test_in_order_big_ring);
     qtest_add_func("/virtio-blk-hostile/packed-chains", test_packed_chains);
     qtest_add_func("/virtio-blk-hostile/packed-indirect-zero",
                    test_packed_indirect_zero);
