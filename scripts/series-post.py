@@ -2,17 +2,14 @@
 """Where each new file of the overlay enters the posted series.
 
     series-post.py ROOT PATCHES_DIR
-    series-post.py --meson FILE TEST...
     series-post.py --groups PATCHES_DIR
     series-post.py --reheader OLD_SERIES NEW_SERIES
     series-post.py --cover COVER_PATCH COVERS_DIR NAME TO_FILE NEEDS...
 
 Prints one line per patch of patches/series, in order: the patch's file
 name, then the overlay files that the posted form of that patch adds
-(tab-separated), each followed by a line "tests" and the tests that
-exist from that patch on.  scripts/qemu-tree post reads it.  With
---meson, prints a tests' meson.build with the entries of the named tests
-only.  With --groups, prints the series of patches/series (its '#= NAME
+(tab-separated).  scripts/qemu-tree post reads it.  With
+--groups, prints the series of patches/series (its '#= NAME
 NEEDS...' lines), one line each: name, first and last patch, and every
 series it applies on.  With --reheader, prints NEW_SERIES (as export
 wrote it) with the comments and '#=' lines of OLD_SERIES put back.  With
@@ -25,11 +22,9 @@ A new file enters with the first patch that needs it:
     new file that includes it, whichever comes first;
   - a QAPI module, with the first patch that includes it in a schema;
   - a meson.build of a new directory, with the patch that adds subdir();
-  - a test, with the patch that patches/tests-with names for it (not
-    before its directory's meson.build), or else with the patch that
-    adds that meson.build; the tests' meson.build is cut down at each
-    patch to the tests that exist by then, and a file that only a test's
-    entry there names comes with the first such test;
+  - a test (tests/unit/test-NAME.c, tests/qtest/NAME-test.c), with the
+    first patch whose added lines name it ('NAME') in the meson.build of
+    its directory, as upstream's tests are listed;
   - a document, with the first patch that adds it to a toctree;
   - anything else, with the last patch.
 A new file that grows over several patches has staged versions:
@@ -46,10 +41,8 @@ import sys
 
 ROOT, PATCHES = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ""
 OVERLAY_DIRS = ["hw", "block", "util", "include", "qapi", "tests", "docs"]
-# Our tests (every overlay file that looks like one), and the directory
-# beside them whose meson.build lists them
+# Our tests: every overlay file that looks like one
 TEST_RE = re.compile(r"^tests/(qtest/[^/]*-test|unit/test-[^/]*)\.c$")
-TESTS_DIR = "virtio-blk-io-uring"
 
 
 def read(path):
@@ -60,11 +53,6 @@ def read(path):
 def series():
     lines = read(os.path.join(PATCHES, "series")).splitlines()
     return [l.split("#")[0].strip() for l in lines if l.split("#")[0].strip()]
-
-
-def patch_subject(text):
-    m = re.search(r"^Subject: (.*(?:\n .*)*)", text, re.M)
-    return " ".join(m.group(1).split()) if m else ""
 
 
 def added_lines(text):
@@ -116,6 +104,9 @@ def referenced_by(path, added):
     if path.endswith(".json"):
         return any(f"'{base}'" in l for f, ls in added.items()
                    if f.startswith("qapi/") for l in ls)
+    if TEST_RE.match(path):
+        name = base[:-len(".c")]
+        return any(f"'{name}'" in l for l in added.get(os.path.join(d, "meson.build"), []))
     if path.endswith(".c"):
         return any(f"'{base}'" in l for l in added.get(os.path.join(d, "meson.build"), []))
     if path.endswith(".rst"):
@@ -128,45 +119,6 @@ def toctree_names(doc, index, lines):
     toctree entry (relative to @index's directory, with or without .rst)"""
     rel = os.path.relpath(doc, os.path.dirname(index))
     return any(l.strip() in (rel, os.path.splitext(rel)[0]) for l in lines)
-
-
-def tests_with(subjects):
-    """patches/tests-with: 'test-name: subject of the patch that brings it'"""
-    path = os.path.join(PATCHES, "tests-with")
-    want = {}
-    if not os.path.exists(path):
-        return want
-    for n, line in enumerate(read(path).splitlines(), 1):
-        line = line.split("#")[0].strip()
-        if not line:
-            continue
-        test, _, subject = line.partition(":")
-        subject = " ".join(subject.split())
-        if subject not in subjects:
-            sys.exit(f"patches/tests-with:{n}: no patch is called '{subject}'")
-        want[test.strip()] = subjects.index(subject)
-    return want
-
-
-ENTRY_RE = r"[ \t]*'%s':\s*(?:files\([^)]*\)|\[[^\]]*\])\s*,?[ \t]*\n?"
-
-
-def entry_files(meson, test):
-    """Overlay files that @test's entry in the tests' @meson names"""
-    m = re.search(ENTRY_RE % re.escape(test), read(os.path.join(ROOT, meson)))
-    if not m:
-        return []
-    d = os.path.dirname(meson)
-    return [os.path.normpath(os.path.join(d, f)) for f in re.findall(r"'([^']+)'", m.group(0))[1:]]
-
-
-def cut_meson(path, keep):
-    """@path with the entries of tests not in @keep taken out"""
-    text = read(path)
-    for name in re.findall(r"^\s*'([\w-]+)':", text, re.M):
-        if name not in keep:
-            text = re.sub(ENTRY_RE % re.escape(name), "", text)
-    return text
 
 
 def check_stages(names, need):
@@ -198,28 +150,12 @@ def check_stages(names, need):
 def main():
     names = series()
     texts = [read(os.path.join(PATCHES, p)) for p in names]
-    subjects = [patch_subject(t) for t in texts]
     added = [added_lines(t) for t in texts]
     files = overlay_files()
     last = len(names) - 1
     need = {}
     for f in files:
-        if TEST_RE.match(f):
-            continue
         need[f] = next((i for i in range(len(names)) if referenced_by(f, added[i])), None)
-    # Tests come with their patch, or with their directory's meson.build
-    wanted = tests_with(subjects)
-    for f in files:
-        m = TEST_RE.match(f)
-        if m:
-            name = os.path.basename(m.group(1))
-            meson = os.path.join(os.path.dirname(f), TESTS_DIR, "meson.build")
-            own = need.get(meson)
-            need[f] = max(wanted.get(name, last if own is None else own), own or 0)
-            # what its entry in the tests' meson.build names comes with it
-            for dep in entry_files(meson, name):
-                if dep in need and (need[dep] is None or need[dep] > need[f]):
-                    need[dep] = need[f]
     # A file's headers come no later than the file
     changed = True
     while changed:
@@ -239,9 +175,6 @@ def main():
     for i, p in enumerate(names):
         mine = [f for f in files if (need[f] if need[f] is not None else last) == i]
         print("\t".join([p] + mine))
-        tests = sorted(os.path.basename(TEST_RE.match(f).group(1)) for f in files
-                       if TEST_RE.match(f) and need[f] is not None and need[f] <= i)
-        print("\t".join(["tests"] + tests))
     late = [f for f in files if need[f] is None]
     if late:
         print("# with the last patch, asked for by none: " + " ".join(late), file=sys.stderr)
@@ -345,9 +278,7 @@ def cover(path, covers, name, to, needs):
         f.write(head + cc + sep + rest)
 
 
-if sys.argv[1] == "--meson":
-    sys.stdout.write(cut_meson(sys.argv[2], set(sys.argv[3:])))
-elif sys.argv[1] == "--groups":
+if sys.argv[1] == "--groups":
     print_groups()
 elif sys.argv[1] == "--reheader":
     reheader(sys.argv[2], sys.argv[3])
