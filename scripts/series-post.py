@@ -175,6 +175,10 @@ def main():
     for i, p in enumerate(names):
         mine = [f for f in files if (need[f] if need[f] is not None else last) == i]
         print("\t".join([p] + mine))
+    unlisted = [f for f in files if need[f] is None and TEST_RE.match(f)]
+    if unlisted:
+        sys.exit("no patch lists these tests in their directory's meson.build: "
+                 + " ".join(unlisted))
     late = [f for f in files if need[f] is None]
     if late:
         print("# with the last patch, asked for by none: " + " ".join(late), file=sys.stderr)
