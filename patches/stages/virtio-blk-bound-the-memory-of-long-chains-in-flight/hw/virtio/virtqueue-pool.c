@@ -1,0 +1,1 @@
+../../../../../hw/virtio/virtqueue-pool.c

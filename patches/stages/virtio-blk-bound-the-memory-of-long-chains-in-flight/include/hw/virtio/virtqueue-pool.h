@@ -1,0 +1,1 @@
+../../../../../../include/hw/virtio/virtqueue-pool.h

@@ -1,0 +1,1 @@
+../../../../../tests/unit/test-virtqueue-pool.c

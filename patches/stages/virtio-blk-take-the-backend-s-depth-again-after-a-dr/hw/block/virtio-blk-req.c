@@ -1,0 +1,1 @@
+../../../../../hw/block/virtio-blk-req.c

@@ -1,0 +1,1 @@
+../../../../../../include/hw/virtio/virtio-blk-req.h
