@@ -27,10 +27,10 @@
  * Every request in flight runs in a coroutine with its own stack: a guest
  * that fills deep queues must not make QEMU run out of mappings and
  * abort.  Each queue's pool takes its limit from the process-wide budget
- * (virtqueue-pool.c).  A queue at its limit is
- * throttled: the requests stay in the ring, its thread sleeps instead of
- * polling it, and the completion that frees half of the limit wakes it,
- * from whatever thread that completion runs in.
+ * (virtqueue-pool.c).  A queue at its limit is throttled: the requests
+ * stay in the ring, its thread sleeps instead of polling it, and the
+ * completion that frees half of the limit wakes it, from whatever thread
+ * that completion runs in.
  *
  * The queues of one device also share a bound, from the backend: twice
  * what it takes at once (blk_get_opt_in_flight()), so that it has the

@@ -1,0 +1,139 @@
+/*
+ * virtio-blk requests: per-virtqueue pools
+ *
+ * Each virtqueue takes its requests from its own pool, so that the memory
+ * a device holds follows the requests in flight rather than queues times
+ * depth, and a request of a few segments costs no heap allocation.
+ *
+ * Copyright (c) 2026 vblk-uring authors
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include "qemu/atomic.h"
+#include "qemu/coroutine.h"
+#include "qemu/main-loop.h"
+#include "hw/virtio/virtio-blk.h"
+#include "hw/virtio/virtio-blk-req.h"
+#include "hw/virtio/virtqueue-pool.h"
+
+/*
+ * Requests in flight and the queues that wait for room
+ *
+ * Every request in flight runs in a coroutine with its own stack: a guest
+ * that fills deep queues must not make QEMU run out of mappings and
+ * abort.  Each queue's pool takes its limit from the process-wide budget
+ * (virtqueue-pool.c).  A queue at its limit is throttled: the requests
+ * stay in the ring, its thread sleeps instead of polling it, and the
+ * completion that frees half of the limit wakes it, from whatever thread
+ * that completion runs in.
+ */
+
+/* Main loop, when the device does not use ioeventfd: serve the queue */
+static void virtio_blk_req_wake_bh(void *opaque)
+{
+    VirtIOBlockReqPool *p = opaque;
+
+    virtio_queue_notify(VIRTIO_DEVICE(p->s), p->vq_idx);
+}
+
+/*
+ * Any thread: unthrottle the queue and kick it as the guest would, through
+ * its host notifier, which is attached to the queue's AioContext while
+ * ioeventfd runs (it cannot stop with requests in flight: stopping
+ * drains).  Nothing is allocated.
+ */
+static void virtio_blk_req_wake(void *opaque)
+{
+    VirtIOBlockReqPool *p = opaque;
+    VirtQueue *vq = virtio_get_queue(VIRTIO_DEVICE(p->s), p->vq_idx);
+
+    virtio_queue_set_throttled(vq, false);
+    if (qatomic_read(&p->s->ioeventfd_started)) {
+        event_notifier_set(virtio_queue_get_host_notifier(vq));
+    } else {
+        qemu_bh_schedule(p->wake_bh);
+    }
+}
+
+void virtio_blk_req_pools_init(VirtIOBlock *s)
+{
+    unsigned int i;
+
+    s->req_pools = g_new0(VirtIOBlockReqPool, s->conf.num_queues);
+    for (i = 0; i < s->conf.num_queues; i++) {
+        VirtIOBlockReqPool *p = &s->req_pools[i];
+
+        p->s = s;
+        p->vq_idx = i;
+        p->wake_bh = aio_bh_new_guarded(qemu_get_aio_context(),
+                                        virtio_blk_req_wake_bh, p,
+                                        &DEVICE(s)->mem_reentrancy_guard);
+        p->pool = virtqueue_pool_new(sizeof(VirtIOBlockReq),
+                                     VIRTIO_BLK_INLINE_SG);
+        /* 0: the pool's share of the process-wide budget */
+        virtqueue_pool_limit_in_flight(p->pool, 0, virtio_blk_req_wake, p);
+    }
+}
+
+void virtio_blk_req_pools_free(VirtIOBlock *s)
+{
+    unsigned int i;
+
+    if (!s->req_pools) {
+        return;
+    }
+    for (i = 0; i < s->conf.num_queues; i++) {
+        virtqueue_pool_free(s->req_pools[i].pool);
+        qemu_bh_delete(s->req_pools[i].wake_bh);
+    }
+    g_free(s->req_pools);
+    s->req_pools = NULL;
+}
+
+bool virtio_blk_req_may_pop(VirtIOBlock *s, VirtQueue *vq)
+{
+    VirtQueuePool *pool = s->req_pools[virtio_get_queue_index(vq)].pool;
+
+    if (likely(virtqueue_pool_may_take(pool))) {
+        return true;
+    }
+    /*
+     * Throttled before the pool records that we wait (its barrier orders
+     * the two), so that the wake, which unthrottles, cannot come first.
+     * If the pool says yes after all, nobody else will unthrottle.
+     */
+    virtio_queue_set_throttled(vq, true);
+    if (virtqueue_pool_may_take(pool)) {
+        virtio_queue_set_throttled(vq, false);
+        return true;
+    }
+    return false;
+}
+
+VirtIOBlockReq *virtio_blk_req_pop(VirtIOBlock *s, VirtQueue *vq)
+{
+    /*
+     * An empty ring is not asked for room: refused, the queue would wait
+     * for a turn, and spend it on nothing when woken.
+     */
+    if (virtio_queue_empty(vq) || !virtio_blk_req_may_pop(s, vq)) {
+        return NULL;
+    }
+    return virtqueue_pop_alloc(vq, sizeof(VirtIOBlockReq),
+                               virtqueue_pool_alloc,
+                               s->req_pools[virtio_get_queue_index(vq)].pool);
+}
+
+VirtIOBlockReq *virtio_blk_req_adopt(VirtIOBlock *s, unsigned int vq_idx,
+                                     VirtIOBlockReq *req)
+{
+    return (VirtIOBlockReq *)virtqueue_pool_adopt(s->req_pools[vq_idx].pool,
+                                                  &req->elem);
+}
+
+void virtio_blk_req_free(VirtIOBlockReq *req)
+{
+    virtqueue_pool_release(&req->elem);
+}
